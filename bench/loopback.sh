@@ -1,0 +1,587 @@
+#!/usr/bin/env bash
+# bench/loopback.sh: loopback (127.0.0.1) throughput benchmark for haul.
+#
+# Memory-to-memory: haul (encrypted / --no-encrypt) vs iperf3.
+# File-to-file:     haul push vs nc vs scp, /dev/shm source -> /tmp (disk) target.
+#
+# See bench/README.md. Run `bench/loopback.sh --help` for options.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+HAUL=${HAUL:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/release/haul}
+IPERF_TIME=${IPERF_TIME:-10}          # seconds per iperf3 run
+SERVER_TTL=${SERVER_TTL:-7200}        # hard upper bound on any background server
+PACKAGES=(iperf3 netcat-openbsd openssh-server openssh-client rsync pigz zstd)
+
+# ---- options ----------------------------------------------------------------
+SIZE_ARG=""
+REPS=""
+STREAMS=4
+ONLY=all
+QUICK=0
+
+# ---- state ------------------------------------------------------------------
+SHM_DIR=""
+TMP_DIR=""
+DATA=""
+SIZE_BYTES=0
+XFER_TIMEOUT=0
+PIDS=()          # background processes this script started (and only those)
+BG_PID=""        # set by start_bg
+HAUL_OK=0
+NC=nc
+JSON_TOOL=""
+# result rows (parallel arrays)
+R_GROUP=() R_TOOL=() R_MODE=() R_STREAMS=() R_GOODPUT=() R_WALL=() R_REPORTED=() R_SAMPLES=()
+
+usage() {
+  cat <<EOF
+Usage: $0 [options]
+
+Loopback throughput benchmark: haul vs iperf3 (memory-to-memory) and
+haul vs nc vs scp (file-to-file, /dev/shm -> /tmp). Reports medians.
+
+Options:
+  --quick          512 MiB file, 1 repetition (explicit --size/--reps still win)
+  --size SIZE      test file size, binary units: 2G, 512M, 2GiB, or bytes (default 2G)
+  --reps N         repetitions per measurement, median reported (default 3; quick 1)
+  --streams N      haul / iperf3 parallel streams (default 4)
+  --only mem|file  run only the memory-to-memory or the file-to-file part
+  -h, --help       this help
+
+Environment:
+  HAUL=PATH        haul binary (default /work/main/target/release/haul);
+                   if missing, haul rows are skipped with a warning
+  IPERF_TIME=S     iperf3 -t duration (default 10)
+
+Output: table on stdout, progress on stderr, CSV in $SCRIPT_DIR/out/.
+EOF
+}
+
+# ---- small helpers ----------------------------------------------------------
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+now() { date +%s.%N; }
+# calc EXPR: floating-point arithmetic via awk (only ever fed our own numbers)
+calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
+fmt1() { awk -v x="$1" 'BEGIN { printf "%.1f", x }'; }
+
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
+    END { if (NR % 2) printf "%.6f", a[(NR + 1) / 2]; else printf "%.6f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# to_bytes SIZE: "2G", "512M", "2GiB", "1024" -> bytes (binary multiples)
+to_bytes() {
+  local s=$1
+  s=${s%iB}; s=${s%B}
+  numfmt --from=iec "$s" 2>/dev/null || die "bad size: $1"
+}
+
+# in_range N MIN MAX: N is a decimal integer within [MIN, MAX]
+in_range() {
+  [[ $1 =~ ^[0-9]{1,18}$ ]] || return 1
+  (( 10#$1 >= $2 && 10#$1 <= $3 ))
+}
+
+# bounded SECS CMD...: run a foreground command with a hard time limit; it stays
+# in our process group so Ctrl-C reaches it.
+bounded() {
+  local secs=$1
+  shift
+  timeout --foreground --kill-after=5 "$secs" "$@"
+}
+
+# json_get FILE PATH: PATH like .end.sum_received.bits_per_second; takes the
+# last JSON object in FILE (python3 also skips stray non-JSON lines; jq needs
+# the file to be pure JSON).
+json_get() {
+  local file=$1 path=$2
+  if [[ $JSON_TOOL == jq ]]; then
+    jq -r -s "last | $path // empty" "$file"
+  else
+    python3 - "$file" "$path" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+dec, i, last = json.JSONDecoder(), 0, None
+while True:
+    j = text.find("{", i)
+    if j < 0:
+        break
+    try:
+        last, i = dec.raw_decode(text, j)
+    except ValueError:
+        i = j + 1
+v = last
+for k in [p for p in sys.argv[2].split(".") if p]:
+    v = v.get(k) if isinstance(v, dict) else None
+print("" if v is None else v)
+PY
+  fi
+}
+
+# start_bg STDOUT STDERR CMD...: start CMD in the background (stdin /dev/null),
+# bounded by SERVER_TTL; record its PID in PIDS and BG_PID.
+start_bg() {
+  local out=$1 err=$2
+  shift 2
+  if [[ $out == "$err" ]]; then
+    timeout --kill-after=5 "$SERVER_TTL" "$@" </dev/null >"$out" 2>&1 &
+  else
+    timeout --kill-after=5 "$SERVER_TTL" "$@" </dev/null >"$out" 2>"$err" &
+  fi
+  BG_PID=$!
+  PIDS+=("$BG_PID")
+}
+
+forget_pid() {
+  local p keep=()
+  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# stop_pid PID: TERM, wait up to 3 s, then KILL. Only for PIDs we started.
+stop_pid() {
+  local pid=$1 i
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 30; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null || true
+  forget_pid "$pid"
+}
+
+# wait_exit PID SECS: wait for a background PID to exit on its own; returns its status.
+wait_exit() {
+  local pid=$1 secs=$2 i rc=0
+  for ((i = 0; i < secs * 20; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$pid" 2>/dev/null && { stop_pid "$pid"; return 124; }
+  wait "$pid" || rc=$?
+  forget_pid "$pid"
+  return "$rc"
+}
+
+is_listening() { [[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
+
+# free_port: random unused high TCP port on this host
+free_port() {
+  local p i
+  for ((i = 0; i < 100; i++)); do
+    p=$((20000 + RANDOM % 40000))
+    is_listening "$p" || { echo "$p"; return 0; }
+  done
+  die "no free port found"
+}
+
+# wait_listen PORT PID WHAT [LOG]: wait (<= 10 s) until PORT is in LISTEN state.
+# Checks the socket table rather than connecting, so one-shot servers
+# (iperf3 -1, nc -l) are not consumed by the probe.
+wait_listen() {
+  local port=$1 pid=$2 what=$3 logf=${4:-} i
+  for ((i = 0; i < 100; i++)); do
+    is_listening "$port" && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      [[ -n $logf && -s $logf ]] && tail -n 20 "$logf" >&2
+      die "$what exited before listening on 127.0.0.1:$port"
+    fi
+    sleep 0.1
+  done
+  [[ -n $logf && -s $logf ]] && tail -n 20 "$logf" >&2
+  die "$what not listening on 127.0.0.1:$port after 10 s"
+}
+
+warm_cache() { cat "$DATA" >/dev/null; }
+
+verify_copy() { # verify_copy OUT WHAT
+  [[ -f $1 ]] || die "$2: output $1 missing"
+  cmp -s -- "$DATA" "$1" || die "$2: output $1 differs from source (size $(stat -c %s "$1"), expected $SIZE_BYTES)"
+}
+
+add_row() { # group tool mode streams goodput wall reported samples...
+  R_GROUP+=("$1") R_TOOL+=("$2") R_MODE+=("$3") R_STREAMS+=("$4")
+  R_GOODPUT+=("$5") R_WALL+=("$6") R_REPORTED+=("$7")
+  shift 7
+  local IFS=';'
+  R_SAMPLES+=("$*")
+  log "  -> ${R_TOOL[-1]} ${R_MODE[-1]}: median $(fmt1 "${R_GOODPUT[-1]}") Mbit/s"
+}
+
+# ---- setup ------------------------------------------------------------------
+parse_args() {
+  while (($#)); do
+    case $1 in
+      --quick) QUICK=1 ;;
+      --size) SIZE_ARG=${2:?--size needs a value}; shift ;;
+      --size=*) SIZE_ARG=${1#*=} ;;
+      --reps) REPS=${2:?--reps needs a value}; shift ;;
+      --reps=*) REPS=${1#*=} ;;
+      --streams) STREAMS=${2:?--streams needs a value}; shift ;;
+      --streams=*) STREAMS=${1#*=} ;;
+      --only) ONLY=${2:?--only needs a value}; shift ;;
+      --only=*) ONLY=${1#*=} ;;
+      -h | --help) usage; exit 0 ;;
+      *) usage >&2; die "unknown option: $1" ;;
+    esac
+    shift
+  done
+  ((QUICK)) && { : "${SIZE_ARG:=512M}"; : "${REPS:=1}"; }
+  : "${SIZE_ARG:=2G}" "${REPS:=3}"
+  in_range "$REPS" 1 1000 || die "--reps must be an integer 1..1000"
+  in_range "$STREAMS" 1 128 || die "--streams must be an integer 1..128"
+  REPS=$((10#$REPS)) STREAMS=$((10#$STREAMS))
+  [[ $ONLY == all || $ONLY == mem || $ONLY == file ]] || die "--only must be mem or file"
+  SIZE_BYTES=$(to_bytes "$SIZE_ARG")
+  in_range "$SIZE_BYTES" 1 $((1 << 50)) || die "bad --size: $SIZE_ARG"
+  # generous bound per transfer: 60 s + size at 8 MiB/s
+  XFER_TIMEOUT=$((60 + SIZE_BYTES / (8 * 1024 * 1024)))
+}
+
+pkg_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+ensure_packages() {
+  local p missing=()
+  if command -v dpkg-query >/dev/null; then
+    for p in "${PACKAGES[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+  fi
+  if ((${#missing[@]})); then
+    command -v apt-get >/dev/null || die "missing packages (${missing[*]}) and no apt-get"
+    ((EUID == 0)) || die "missing packages (${missing[*]}); run as root or install them"
+    log "installing: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive bounded 600 apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive bounded 900 apt-get install -y -qq "${missing[@]}" >&2
+  fi
+  for p in iperf3 ssh scp ssh-keygen cmp ss timeout numfmt awk; do
+    command -v "$p" >/dev/null || die "required command not found: $p"
+  done
+  [[ -x /usr/sbin/sshd ]] || die "/usr/sbin/sshd not found"
+  # nc must be the OpenBSD variant (-N); prefer its explicit name.
+  if [[ -x /bin/nc.openbsd ]]; then NC=/bin/nc.openbsd; fi
+  "$NC" -h 2>&1 | grep -q OpenBSD || die "$NC is not OpenBSD netcat (need netcat-openbsd)"
+  if command -v python3 >/dev/null; then JSON_TOOL=python3
+  elif command -v jq >/dev/null; then JSON_TOOL=jq
+  else die "need python3 or jq to parse JSON"; fi
+}
+
+cleanup() {
+  local rc=$? pid
+  set +e
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  [[ -n $SHM_DIR && -d $SHM_DIR ]] && rm -rf -- "$SHM_DIR"
+  [[ -n $TMP_DIR && -d $TMP_DIR ]] && rm -rf -- "$TMP_DIR"
+  exit "$rc"
+}
+
+avail_bytes() { df -B1 --output=avail "$1" | tail -n 1 | tr -d ' '; }
+
+make_dirs_and_data() {
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  SHM_DIR=$(mktemp -d /dev/shm/haul-bench.XXXXXX)
+  TMP_DIR=$(mktemp -d /tmp/haul-bench.XXXXXX)
+  mkdir -p "$SHM_DIR/data"
+  (($(avail_bytes /dev/shm) > SIZE_BYTES + 64 * 1024 * 1024)) || die "not enough space in /dev/shm"
+  (($(avail_bytes "$TMP_DIR") > SIZE_BYTES + 64 * 1024 * 1024)) || die "not enough space in /tmp"
+  DATA=$SHM_DIR/data/data.bin
+  log "generating $SIZE_BYTES random bytes in $DATA"
+  head -c "$SIZE_BYTES" /dev/urandom >"$DATA"
+  [[ $(stat -c %s "$DATA") == "$SIZE_BYTES" ]] || die "data file has the wrong size"
+}
+
+# ---- haul -------------------------------------------------------------------
+HAUL_HOME_DIR=""
+HAUL_PORT=""
+HAUL_PID=""
+HAUL_LOG=""
+
+setup_haul() {
+  if [[ ! -x $HAUL ]]; then
+    log "WARNING: haul binary not found at $HAUL; haul rows will be SKIPPED"
+    return 0
+  fi
+  HAUL_HOME_DIR=$TMP_DIR/haul-home
+  mkdir -p "$HAUL_HOME_DIR"
+  export HAUL_HOME=$HAUL_HOME_DIR
+  bounded 30 "$HAUL" keygen -f "$HAUL_HOME/server.key" </dev/null >&2 || die "haul keygen (server) failed"
+  bounded 30 "$HAUL" keygen -f "$HAUL_HOME/client.key" </dev/null >&2 || die "haul keygen (client) failed"
+  [[ -s $HAUL_HOME/client.key.pub ]] || die "haul keygen did not write client.key.pub"
+  cp "$HAUL_HOME/client.key.pub" "$HAUL_HOME/authorized_keys"
+  HAUL_OK=1
+}
+
+start_haul_server() { # start_haul_server ROOT
+  HAUL_PORT=$(free_port)
+  HAUL_LOG=$TMP_DIR/haul-serve-$HAUL_PORT.log
+  start_bg "$HAUL_LOG" "$HAUL_LOG" "$HAUL" serve --root "$1" --listen "127.0.0.1:$HAUL_PORT" \
+    --key "$HAUL_HOME/server.key" --authorized-keys "$HAUL_HOME/authorized_keys"
+  HAUL_PID=$BG_PID
+  wait_listen "$HAUL_PORT" "$HAUL_PID" "haul serve" "$HAUL_LOG"
+  log "haul serve (pid $HAUL_PID) on 127.0.0.1:$HAUL_PORT, root $1"
+}
+
+stop_haul_server() { [[ -n $HAUL_PID ]] && stop_pid "$HAUL_PID"; HAUL_PID=""; }
+
+# haul_cp JSONOUT ARGS...: one timed-out `haul cp --json`, dying loudly on failure.
+haul_cp() {
+  local out=$1 err=$1.err rc=0
+  shift
+  bounded "$XFER_TIMEOUT" "$HAUL" cp --json --identity "$HAUL_HOME/client.key" \
+    --known-hosts "$HAUL_HOME/known_hosts" "$@" </dev/null >"$out" 2>"$err" || rc=$?
+  if ((rc != 0)); then
+    log "haul cp $* failed (rc $rc)"
+    tail -n 20 "$err" >&2
+    [[ -n $HAUL_LOG ]] && { log "server log:"; tail -n 20 "$HAUL_LOG" >&2; }
+    die "haul cp failed"
+  fi
+}
+
+# haul_run GROUP MODE SRC DST VERIFY_FILE: REPS runs; goodput from JSON (mem)
+# or bytes/wall time (file).
+haul_run() {
+  local group=$1 mode=$2 src=$3 dst=$4 verify=$5 flags=() rep t0 t1 json
+  local goodput=() wall=() reported=() bps bytes streams
+  [[ $mode == no-encrypt ]] && flags+=(--no-encrypt)
+  log "haul $group $mode, $STREAMS streams, $REPS rep(s)"
+  for ((rep = 1; rep <= REPS; rep++)); do
+    warm_cache
+    [[ -n $verify ]] && rm -f -- "$verify"
+    json=$TMP_DIR/haul-$group-$mode-$rep.json
+    t0=$(now)
+    haul_cp "$json" --streams "$STREAMS" "${flags[@]}" "$src" "$dst"
+    t1=$(now)
+    bps=$(json_get "$json" .goodput_bps)
+    bytes=$(json_get "$json" .file_bytes)
+    streams=$(json_get "$json" .streams)
+    [[ -n $bps ]] || { cat "$json" >&2; die "haul --json output lacks goodput_bps"; }
+    [[ $bytes == "$SIZE_BYTES" ]] || die "haul reported file_bytes=$bytes, expected $SIZE_BYTES"
+    [[ $streams == "$STREAMS" ]] || log "  note: haul reports streams=$streams (asked $STREAMS)"
+    [[ -n $verify ]] && verify_copy "$verify" "haul $group $mode"
+    [[ -n $verify ]] && { rm -f -- "$verify"; sync; }
+    wall+=("$(calc "$SIZE_BYTES * 8 / ($t1 - $t0) / 1e6")")
+    reported+=("$(calc "$bps / 1e6")")
+    log "  rep $rep: reported $(fmt1 "${reported[-1]}") Mbit/s, wall $(fmt1 "${wall[-1]}") Mbit/s"
+  done
+  if [[ $group == mem ]]; then goodput=("${reported[@]}"); else goodput=("${wall[@]}"); fi
+  add_row "$group" haul "$mode" "$STREAMS" "$(median "${goodput[@]}")" \
+    "$(median "${wall[@]}")" "$(median "${reported[@]}")" "${goodput[@]}"
+}
+
+# ---- reference tools --------------------------------------------------------
+iperf3_run() {
+  local rep port pid json err bps samples=()
+  log "iperf3 -P $STREAMS -t $IPERF_TIME, $REPS rep(s)"
+  for ((rep = 1; rep <= REPS; rep++)); do
+    port=$(free_port)
+    json=$TMP_DIR/iperf3-$rep.json
+    err=$TMP_DIR/iperf3-server-$rep.log
+    start_bg "$err" "$err" iperf3 -s -1 -B 127.0.0.1 -p "$port"
+    pid=$BG_PID
+    wait_listen "$port" "$pid" "iperf3 server" "$err"
+    bounded $((IPERF_TIME + 30)) iperf3 -c 127.0.0.1 -p "$port" -P "$STREAMS" -t "$IPERF_TIME" -J \
+      </dev/null >"$json" || { cat "$json" >&2; die "iperf3 client failed"; }
+    wait_exit "$pid" 10 || true
+    bps=$(json_get "$json" .end.sum_received.bits_per_second)
+    [[ -n $bps ]] || { cat "$json" >&2; die "no sum_received in iperf3 output"; }
+    samples+=("$(calc "$bps / 1e6")")
+    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s"
+  done
+  add_row mem iperf3 tcp "$STREAMS" "$(median "${samples[@]}")" "" "$(median "${samples[@]}")" "${samples[@]}"
+}
+
+nc_run() {
+  local rep port pid out=$TMP_DIR/nc/out.bin err=$TMP_DIR/nc/listen.log t0 t1 rc samples=()
+  mkdir -p "$TMP_DIR/nc"
+  log "nc file->file, $REPS rep(s)"
+  for ((rep = 1; rep <= REPS; rep++)); do
+    warm_cache
+    rm -f -- "$out"
+    port=$(free_port)
+    start_bg "$out" "$err" "$NC" -l 127.0.0.1 "$port"
+    pid=$BG_PID
+    wait_listen "$port" "$pid" "nc listener" "$err"
+    t0=$(now)
+    bounded "$XFER_TIMEOUT" "$NC" -N 127.0.0.1 "$port" <"$DATA" >/dev/null || die "nc sender failed"
+    rc=0
+    wait_exit "$pid" 30 || rc=$?
+    t1=$(now)
+    ((rc == 0)) || { cat "$err" >&2; die "nc listener exited with $rc"; }
+    verify_copy "$out" nc
+    rm -f -- "$out"; sync
+    samples+=("$(calc "$SIZE_BYTES * 8 / ($t1 - $t0) / 1e6")")
+    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s"
+  done
+  add_row file nc tcp 1 "$(median "${samples[@]}")" "$(median "${samples[@]}")" "" "${samples[@]}"
+}
+
+SSHD_PORT=""
+SSHD_PID=""
+SSH_OPTS=()
+
+start_sshd() {
+  local d=$TMP_DIR/sshd cfg
+  mkdir -p "$d"
+  chmod 700 "$d"
+  cfg=$d/sshd_config
+  ssh-keygen -q -t ed25519 -N '' -C haul-bench-host -f "$d/host_key" </dev/null
+  ssh-keygen -q -t ed25519 -N '' -C haul-bench-user -f "$d/user_key" </dev/null
+  cp "$d/user_key.pub" "$d/authorized_keys"
+  chmod 600 "$d/authorized_keys"
+  [[ -d /run/sshd ]] || mkdir -p /run/sshd 2>/dev/null || log "WARNING: cannot create /run/sshd"
+  SSHD_PORT=$(free_port)
+  cat >"$cfg" <<EOF
+Port $SSHD_PORT
+ListenAddress 127.0.0.1
+HostKey $d/host_key
+PidFile $d/sshd.pid
+AuthorizedKeysFile $d/authorized_keys
+StrictModes no
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+X11Forwarding no
+PrintMotd no
+Subsystem sftp internal-sftp
+EOF
+  /usr/sbin/sshd -t -f "$cfg" || die "sshd config test failed"
+  start_bg "$d/sshd.log" "$d/sshd.log" /usr/sbin/sshd -f "$cfg" -D -e
+  SSHD_PID=$BG_PID
+  wait_listen "$SSHD_PORT" "$SSHD_PID" sshd "$d/sshd.log"
+  SSH_OPTS=(-F /dev/null -i "$d/user_key" -o IdentitiesOnly=yes -o BatchMode=yes
+    -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR)
+  bounded 20 ssh "${SSH_OPTS[@]}" -p "$SSHD_PORT" "$(id -un)@127.0.0.1" true </dev/null \
+    || { tail -n 20 "$d/sshd.log" >&2; die "ssh login to throwaway sshd failed"; }
+  log "sshd (pid $SSHD_PID) on 127.0.0.1:$SSHD_PORT"
+}
+
+stop_sshd() { [[ -n $SSHD_PID ]] && stop_pid "$SSHD_PID"; SSHD_PID=""; }
+
+scp_run() {
+  local rep out=$TMP_DIR/scp/out.bin t0 t1 samples=()
+  mkdir -p "$TMP_DIR/scp"
+  start_sshd
+  log "scp file->file (default cipher), $REPS rep(s)"
+  for ((rep = 1; rep <= REPS; rep++)); do
+    warm_cache
+    rm -f -- "$out"
+    t0=$(now)
+    bounded "$XFER_TIMEOUT" scp -q -B "${SSH_OPTS[@]}" -P "$SSHD_PORT" "$DATA" \
+      "$(id -un)@127.0.0.1:$out" </dev/null || die "scp failed"
+    t1=$(now)
+    verify_copy "$out" scp
+    rm -f -- "$out"; sync
+    samples+=("$(calc "$SIZE_BYTES * 8 / ($t1 - $t0) / 1e6")")
+    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s"
+  done
+  stop_sshd
+  add_row file scp ssh 1 "$(median "${samples[@]}")" "$(median "${samples[@]}")" "" "${samples[@]}"
+}
+
+# ---- phases -----------------------------------------------------------------
+bench_mem() {
+  iperf3_run
+  if ((HAUL_OK)); then
+    start_haul_server "$SHM_DIR/data"
+    haul_run mem encrypted "127.0.0.1:$HAUL_PORT:data.bin" /dev/null ""
+    haul_run mem no-encrypt "127.0.0.1:$HAUL_PORT:data.bin" /dev/null ""
+    stop_haul_server
+  fi
+}
+
+bench_file() {
+  local root=$TMP_DIR/haul-root
+  nc_run
+  scp_run
+  if ((HAUL_OK)); then
+    mkdir -p "$root"
+    start_haul_server "$root"
+    haul_run file encrypted "$DATA" "127.0.0.1:$HAUL_PORT:push.bin" "$root/push.bin"
+    haul_run file no-encrypt "$DATA" "127.0.0.1:$HAUL_PORT:push.bin" "$root/push.bin"
+    stop_haul_server
+  fi
+}
+
+# ---- report -----------------------------------------------------------------
+baseline_of() { [[ $1 == mem ]] && echo iperf3 || echo nc; }
+
+goal_of() { # goal_of GROUP TOOL MODE -> minimum ratio or empty
+  [[ $1 == mem && $2 == haul ]] || return 0
+  [[ $3 == encrypted ]] && echo 0.70 || echo 0.85
+}
+
+# ratio_of INDEX -> "ratio|base_tool" (empty ratio when the baseline is absent)
+ratio_of() {
+  local i=$1 j base
+  base=$(baseline_of "${R_GROUP[i]}")
+  for j in "${!R_TOOL[@]}"; do
+    if [[ ${R_GROUP[j]} == "${R_GROUP[i]}" && ${R_TOOL[j]} == "$base" ]]; then
+      echo "$(calc "${R_GOODPUT[i]} / ${R_GOODPUT[j]}")|$base"
+      return 0
+    fi
+  done
+  echo "|$base"
+}
+
+report() {
+  local stamp=$1 csv i ratio vs goal status kernel cpu ncpu haulver
+  kernel=$(uname -r)
+  ncpu=$(nproc)
+  cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+  haulver=n/a
+  ((HAUL_OK)) && haulver=$(bounded 5 "$HAUL" --version 2>/dev/null | head -n 1 || true)
+  mkdir -p "$SCRIPT_DIR/out"
+  csv=$SCRIPT_DIR/out/loopback-$stamp.csv
+  {
+    echo "# haul loopback benchmark $stamp"
+    echo "# kernel: $kernel"
+    echo "# nproc: $ncpu"
+    echo "# cpu: $cpu"
+    echo "# size_bytes: $SIZE_BYTES reps: $REPS streams: $STREAMS iperf3_t: $IPERF_TIME"
+    echo "# haul: $HAUL (${haulver:-unknown})"
+    echo "group,tool,mode,streams,goodput_mbit_s,ratio,ratio_vs,goal,status,wall_mbit_s,reported_mbit_s,samples_mbit_s"
+  } >"$csv"
+
+  printf '\nhaul loopback benchmark  %s\n' "$stamp"
+  printf 'kernel %s | nproc %s | cpu %s\n' "$kernel" "$ncpu" "$cpu"
+  printf 'size %s bytes | reps %s (median) | streams %s | haul %s\n\n' \
+    "$SIZE_BYTES" "$REPS" "$STREAMS" "${haulver:-unknown}"
+  printf '%-7s %-16s %7s %14s %7s  %-8s %s\n' tool mode streams "goodput Mbit/s" ratio vs goal
+  printf '%-7s %-16s %7s %14s %7s  %-8s %s\n' ------- ---------------- ------- -------------- ------- -------- ----
+  for i in "${!R_TOOL[@]}"; do
+    IFS='|' read -r ratio vs <<<"$(ratio_of "$i")"
+    goal=$(goal_of "${R_GROUP[i]}" "${R_TOOL[i]}" "${R_MODE[i]}")
+    status=""
+    if [[ -n $goal && -n $ratio ]]; then
+      status=$(awk -v r="$ratio" -v g="$goal" 'BEGIN { print (r >= g) ? "PASS" : "FAIL" }')
+    fi
+    printf '%-7s %-16s %7s %14s %7s  %-8s %s\n' "${R_TOOL[i]}" "${R_GROUP[i]}/${R_MODE[i]}" \
+      "${R_STREAMS[i]}" "$(fmt1 "${R_GOODPUT[i]}")" "${ratio:+$(printf '%.3f' "$ratio")}" \
+      "${ratio:+$vs}" "${goal:+>=$goal $status}"
+    printf '%s,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s\n' "${R_GROUP[i]}" "${R_TOOL[i]}" "${R_MODE[i]}" \
+      "${R_STREAMS[i]}" "${R_GOODPUT[i]}" "${ratio:+$(printf '%.3f' "$ratio")}" "$vs" "$goal" "$status" \
+      "${R_WALL[i]:+$(fmt1 "${R_WALL[i]}")}" "${R_REPORTED[i]:+$(fmt1 "${R_REPORTED[i]}")}" \
+      "${R_SAMPLES[i]}" >>"$csv"
+  done
+  ((HAUL_OK)) || printf '\n(haul rows skipped: %s not found)\n' "$HAUL"
+  printf '\nmem ratios: haul goodput_bps / iperf3 sum_received; file ratios: wall goodput / nc.\n'
+  printf 'CSV: %s\n' "$csv"
+}
+
+main() {
+  local stamp
+  stamp=$(date +%Y%m%d-%H%M%S)
+  parse_args "$@"
+  ensure_packages
+  make_dirs_and_data
+  setup_haul
+  [[ $ONLY == file ]] || bench_mem
+  [[ $ONLY == mem ]] || bench_file
+  report "$stamp"
+}
+
+main "$@"

@@ -1,0 +1,155 @@
+//! Every flag, defined once; clap turns these into `--help`.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "haul",
+    version,
+    about = "Fast, verified, encrypted bulk data mover for long fat networks",
+    long_about = "haul moves files and directory trees between hosts over parallel TCP streams.\n\
+Every block is hashed and every file verified before it appears under its final name;\n\
+peers authenticate with static keys (Noise XX) and every frame is sealed with an AEAD.",
+    after_help = crate::exit::HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Copy files and trees to or from a `haul serve` host (scp syntax).
+    #[command(after_help = CP_HELP)]
+    Cp(CpArgs),
+    /// Serve one directory tree to authenticated clients.
+    #[command(after_help = crate::exit::HELP)]
+    Serve(ServeArgs),
+    /// Create a keypair and print its public key.
+    Keygen(KeygenArgs),
+}
+
+const CP_HELP: &str = "\
+Locations: [user@]host[:port]:path is remote (port 7050 by default; paths are
+relative to the server's root), anything else local. A destination of
+/dev/null discards verified data; '-' writes a single pulled file to stdout.
+
+Examples:
+  haul cp big.tar dtn1:/data/               push a file
+  haul cp -r dtn1:/data/run42 ./            pull a tree
+  haul cp --no-encrypt --streams 16 dtn1:/data/x /dev/null
+
+Streams: without --streams haul opens enough streams for their windows to
+cover 10 Gbit/s (or --rate) at the measured RTT, at least one per core up to
+4, at most 16.
+
+";
+
+#[derive(Args)]
+pub struct Common {
+    /// Log more (-v: info, -vv: debug); logs go to stderr.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+#[derive(Args)]
+pub struct CpArgs {
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    pub paths: Vec<String>,
+    /// Copy directories recursively.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Number of parallel TCP streams (default: automatic).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: Option<u16>,
+    /// Authenticate and integrity-protect data frames but do not encrypt
+    /// them (for trusted links; control stays encrypted).
+    #[arg(long)]
+    pub no_encrypt: bool,
+    /// Cap the sending rate, in bits per second: 500M, 1.5G, 800k.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<u64>,
+    /// Block size: 64K to 16M.
+    #[arg(long, default_value = "4M", value_parser = parse_block_size)]
+    pub block_size: u32,
+    /// TCP congestion control (default: bbr where the kernel offers it).
+    #[arg(long, value_name = "NAME")]
+    pub cc: Option<String>,
+    /// Print the final statistics as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Client key (default: $HAUL_HOME/id_x25519, created on first use).
+    #[arg(long, short = 'i', value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// Pinned server keys (default: $HAUL_HOME/known_hosts).
+    #[arg(long, value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// Seconds to wait for a connection.
+    #[arg(long, default_value_t = 10)]
+    pub connect_timeout: u64,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The directory tree to serve; nothing outside it is read or written.
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// Address and port to listen on.
+    #[arg(long, default_value = "0.0.0.0:7050", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Server key (default: $HAUL_HOME/server_x25519, created on first run).
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// Client public keys allowed in, one per line (default: $HAUL_HOME/authorized_keys).
+    #[arg(long, value_name = "FILE")]
+    pub authorized_keys: Option<PathBuf>,
+    /// Sessions served at once; more get a "busy" answer.
+    #[arg(long, default_value_t = 64)]
+    pub max_sessions: usize,
+    /// TCP congestion control (default: bbr where the kernel offers it).
+    #[arg(long, value_name = "NAME")]
+    pub cc: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args)]
+pub struct KeygenArgs {
+    /// Where to write the secret key; the public key goes to FILE.pub.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Comment stored with the public key.
+    #[arg(short = 'C', long)]
+    pub comment: Option<String>,
+}
+
+fn parse_rate(s: &str) -> Result<u64, String> {
+    rate::parse_rate(s).ok_or_else(|| {
+        format!("{s:?} is not a rate; write it like 500M, 1.5G or 800k (bits per second)")
+    })
+}
+
+fn parse_block_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        _ => (t, 1),
+    };
+    let v = num
+        .parse::<u64>()
+        .map_err(|_| format!("{s:?} is not a size like 4M or 512K"))?
+        * mult;
+    if !(64 << 10..=16 << 20).contains(&v) {
+        return Err(format!("block size {s} is outside 64K..16M"));
+    }
+    Ok(v as u32)
+}

@@ -1,0 +1,241 @@
+//! `haul cp`: works out the direction from the locations, connects, and
+//! prints the result. All the moving is done by the driver.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use driver::net::Tuning;
+use driver::{ClientConfig, Connected, TransferError, DEFAULT_PORT};
+use secure::{Keypair, Protection};
+use store::{Destination, Root, Sink};
+use wire::ErrorCode;
+
+use crate::args::CpArgs;
+use crate::location::Location;
+use crate::report::{self, Bar};
+use crate::{exit, home};
+
+enum Plan {
+    Push {
+        sources: Vec<PathBuf>,
+        host: String,
+        port: Option<u16>,
+        dest: String,
+    },
+    Pull {
+        sources: Vec<String>,
+        host: String,
+        port: Option<u16>,
+        dest: String,
+    },
+}
+
+fn usage(msg: impl Into<String>) -> TransferError {
+    TransferError::new(ErrorCode::BadRequest, msg)
+}
+
+fn plan(paths: &[String]) -> Result<Plan, TransferError> {
+    let (dst, srcs) = paths
+        .split_last()
+        .ok_or_else(|| usage("need at least one source and a destination"))?;
+    let srcs: Vec<Location> = srcs.iter().map(|s| Location::parse(s)).collect();
+    match Location::parse(dst) {
+        Location::Remote {
+            host, port, path, ..
+        } => {
+            let mut sources = Vec::new();
+            for s in srcs {
+                match s {
+                    Location::Local(p) => sources.push(PathBuf::from(p)),
+                    Location::Remote { .. } => return Err(usage("copying between two remote hosts is not supported; run haul on one of them")),
+                }
+            }
+            Ok(Plan::Push {
+                sources,
+                host,
+                port,
+                dest: path,
+            })
+        }
+        Location::Local(dest) => {
+            let mut sources = Vec::new();
+            let mut origin: Option<(String, Option<u16>)> = None;
+            for s in srcs {
+                match s {
+                    Location::Local(p) => {
+                        return Err(usage(format!("both {p:?} and {dest:?} are local; use cp, or name a host as host:path")));
+                    }
+                    Location::Remote {
+                        host, port, path, ..
+                    } => {
+                        if let Some(o) = &origin {
+                            if *o != (host.clone(), port) {
+                                return Err(usage("all remote sources must be on the same host"));
+                            }
+                        }
+                        origin = Some((host, port));
+                        sources.push(if path.is_empty() {
+                            ".".to_string()
+                        } else {
+                            path
+                        });
+                    }
+                }
+            }
+            let (host, port) = origin.expect("at least one source");
+            Ok(Plan::Pull {
+                sources,
+                host,
+                port,
+                dest,
+            })
+        }
+    }
+}
+
+fn local_destination(dest: &str, many: bool) -> Result<Destination, TransferError> {
+    if dest == "-" {
+        if many {
+            return Err(usage(
+                "only a single file can be written to standard output",
+            ));
+        }
+        return Ok(Destination::Stdout);
+    }
+    let path = Path::new(dest);
+    // The directory that bounds what the server's manifest may create.
+    let bound = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    };
+    let root = Root::new(&bound).map_err(TransferError::from)?;
+    Destination::for_path(path, dest.ends_with('/'), many, root).map_err(Into::into)
+}
+
+pub fn run(a: CpArgs) -> i32 {
+    init_logging(a.common.verbose);
+    let json = a.json;
+    match transfer(a) {
+        Ok((line, text)) => {
+            if json {
+                println!("{line}");
+            } else if let Some(t) = text {
+                eprintln!("{t}");
+            }
+            exit::OK
+        }
+        Err(e) => {
+            let code = exit::code(e.code);
+            eprintln!("haul: {}", e.message);
+            if json {
+                println!("{}", report::json_error(code, &e.message));
+            }
+            code
+        }
+    }
+}
+
+fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
+    let plan = plan(&a.paths)?;
+    let identity_path = a.identity.clone().unwrap_or_else(home::identity);
+    let identity = load_identity(&identity_path, a.identity.is_some())?;
+    let (host, port) = match &plan {
+        Plan::Push { host, port, .. } | Plan::Pull { host, port, .. } => {
+            (host.clone(), port.unwrap_or(DEFAULT_PORT))
+        }
+    };
+    let protection = if a.no_encrypt {
+        Protection::IntegrityOnly
+    } else {
+        Protection::best_encrypting()
+    };
+    let cfg = ClientConfig {
+        identity,
+        known_hosts: a.known_hosts.clone().unwrap_or_else(home::known_hosts),
+        host,
+        port,
+        streams: a.streams,
+        block_size: a.block_size,
+        protection,
+        rate: a.rate,
+        tuning: Tuning::auto(a.cc.clone()),
+        connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
+        on_new_host_key: Some(Box::new(|m| eprintln!("haul: {m}"))),
+    };
+    let show = !a.quiet && !a.json;
+    let (direction, report) = match plan {
+        Plan::Push { sources, dest, .. } => {
+            let walked = store::walk(&sources, a.recursive)?;
+            for s in &walked.skipped {
+                eprintln!("haul: {s}");
+            }
+            let conn = Connected::connect(cfg)?;
+            let bar = Bar::start(conn.progress(), show);
+            let r = conn.push(walked, &dest, a.recursive, sources.len() > 1);
+            bar.finish();
+            ("push", r?)
+        }
+        Plan::Pull { sources, dest, .. } => {
+            let sink = Sink::new(local_destination(&dest, sources.len() > 1)?);
+            let conn = Connected::connect(cfg)?;
+            let bar = Bar::start(conn.progress(), show && !sink.is_stdout());
+            let r = conn.pull(sources, a.recursive, &sink);
+            bar.finish();
+            ("pull", r?)
+        }
+    };
+    let text = (!a.quiet).then(|| report::text(&report));
+    Ok((report::json(&report, direction), text))
+}
+
+fn load_identity(path: &Path, explicit: bool) -> Result<Keypair, TransferError> {
+    let auth = |e: secure::KeyError| TransferError::new(ErrorCode::Auth, e.to_string());
+    if !explicit && !path.exists() {
+        let kp = Keypair::load_or_create(path, &home::comment()).map_err(auth)?;
+        eprintln!(
+            "haul: created your key {} ({}); the server must list this line in its authorized_keys:\n  {}",
+            path.display(),
+            kp.public.fingerprint(),
+            kp.public
+        );
+        return Ok(kp);
+    }
+    Keypair::load(path).map_err(auth)
+}
+
+pub fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans() {
+        let p = |v: &[&str]| plan(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(
+            matches!(p(&["a", "b", "h:/x/"]), Ok(Plan::Push { sources, .. }) if sources.len() == 2)
+        );
+        assert!(
+            matches!(p(&["h:1:/a", "h:1:b", "."]), Ok(Plan::Pull { sources, port: Some(1), .. }) if sources.len() == 2)
+        );
+        assert!(p(&["a", "b"]).is_err());
+        assert!(p(&["h:a", "g:b", "."]).is_err());
+        assert!(p(&["h:a", "g:b"]).is_err());
+    }
+}

@@ -1,0 +1,27 @@
+//! Exit codes: one per kind of failure, so scripts can tell them apart.
+//! The same numbers are `wire::ErrorCode`, so a server's refusal keeps its
+//! meaning on the client.
+
+use wire::ErrorCode;
+
+pub const OK: i32 = 0;
+
+pub const HELP: &str = "\
+Exit codes:
+   0  success: every file verified and in place
+   1  other error (e.g. a source changed while it was sent)
+   2  usage error or bad request
+   3  cannot connect: unknown host, refused port, no route
+   4  authentication failed: unknown or wrong key, server key changed
+   5  protocol error: peer speaks another haul version, or is not haul
+   6  source not found
+   7  permission denied at the destination
+   8  path outside the served root
+   9  disk full at the destination (partial data is never left under a final name)
+  10  connection lost during the transfer
+  11  integrity failure: data failed verification
+  12  server busy";
+
+pub fn code(c: ErrorCode) -> i32 {
+    c as i32
+}

@@ -1,0 +1,22 @@
+//! `haul`: a fast, verified, encrypted bulk data mover for long fat networks.
+//! This file only dispatches; each subcommand lives in its own module.
+
+mod args;
+mod cp;
+mod exit;
+mod home;
+mod location;
+mod report;
+mod serve;
+
+use clap::Parser;
+
+fn main() {
+    let cli = args::Cli::parse();
+    let code = match cli.command {
+        args::Command::Cp(a) => cp::run(a),
+        args::Command::Serve(a) => serve::run(a),
+        args::Command::Keygen(a) => serve::keygen(a),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,152 @@
+//! What the user sees: a progress bar while bytes move (only on a terminal),
+//! and a final summary, as text on stderr or as one JSON object on stdout.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use driver::{Progress, Report};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+/// A progress bar fed from the engine's counters by a small thread.
+pub struct Bar {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Bar {
+    pub fn start(progress: Arc<Progress>, enabled: bool) -> Bar {
+        let stop = Arc::new(AtomicBool::new(false));
+        if !enabled || !std::io::stderr().is_terminal() {
+            return Bar { stop, thread: None };
+        }
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(8));
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{bar:30.cyan/blue} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                )
+                .expect("static template")
+                .progress_chars("=> "),
+            );
+            while !s.load(Ordering::Relaxed) {
+                bar.set_length(Progress::get(&progress.total_bytes));
+                bar.set_position(Progress::get(&progress.done_bytes));
+                bar.set_message(format!(
+                    "files {}/{} streams {}",
+                    Progress::get(&progress.done_files),
+                    Progress::get(&progress.total_files),
+                    Progress::get(&progress.streams)
+                ));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        });
+        Bar {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct Json<'a> {
+    pub ok: bool,
+    pub direction: &'a str,
+    pub files: u64,
+    pub file_bytes: u64,
+    pub wire_bytes: u64,
+    pub duration_s: f64,
+    /// Verified file bytes per second, in bits per second.
+    pub goodput_bps: f64,
+    pub streams: u16,
+    pub blocks_retransmitted: u64,
+    pub rtt_ms: f64,
+    pub protection: &'a str,
+    pub stream_window_bytes: u64,
+}
+
+pub fn json(r: &Report, direction: &str) -> String {
+    let secs = r.duration.as_secs_f64().max(1e-9);
+    serde_json::to_string(&Json {
+        ok: true,
+        direction,
+        files: r.summary.files,
+        file_bytes: r.summary.file_bytes,
+        wire_bytes: r.wire_bytes,
+        duration_s: secs,
+        goodput_bps: r.summary.file_bytes as f64 * 8.0 / secs,
+        streams: r.streams,
+        blocks_retransmitted: r.retransmitted.max(r.summary.bad_blocks),
+        rtt_ms: r.rtt.as_secs_f64() * 1e3,
+        protection: r.protection.name(),
+        stream_window_bytes: r.stream_window,
+    })
+    .expect("plain struct serializes")
+}
+
+pub fn json_error(code: i32, message: &str) -> String {
+    serde_json::json!({ "ok": false, "exit_code": code, "error": message }).to_string()
+}
+
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub fn bits_per_sec(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bps / 1e3)
+    }
+}
+
+/// The human summary, in the spirit of Tsunami's end-of-transfer report.
+pub fn text(r: &Report) -> String {
+    let secs = r.duration.as_secs_f64().max(1e-9);
+    let s = &r.summary;
+    let goodput = s.file_bytes as f64 * 8.0 / secs;
+    let overhead = if s.file_bytes > 0 {
+        r.wire_bytes as f64 * 100.0 / s.file_bytes as f64
+    } else {
+        0.0
+    };
+    format!(
+        "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
+         wire {} ({overhead:.1}% of file bytes), {} stream{}, {}, rtt {:.1} ms, blocks retransmitted {}",
+        s.files,
+        if s.files == 1 { "" } else { "s" },
+        bytes(s.file_bytes),
+        secs,
+        bits_per_sec(goodput),
+        bytes(r.wire_bytes),
+        r.streams,
+        if r.streams == 1 { "" } else { "s" },
+        r.protection.name(),
+        r.rtt.as_secs_f64() * 1e3,
+        r.retransmitted.max(s.bad_blocks),
+    )
+}

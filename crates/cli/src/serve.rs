@@ -1,0 +1,101 @@
+//! `haul serve` and `haul keygen`.
+
+use std::net::ToSocketAddrs;
+
+use driver::net::{self, Tuning};
+use driver::ServerConfig;
+use secure::{AuthorizedKeys, Keypair};
+use store::Root;
+
+use crate::args::{KeygenArgs, ServeArgs};
+use crate::{cp::init_logging, home};
+
+pub fn run(a: ServeArgs) -> i32 {
+    init_logging(a.common.verbose.max(1));
+    let fail = |code: i32, msg: String| {
+        eprintln!("haul serve: {msg}");
+        code
+    };
+    let root = match Root::new(&a.root) {
+        Ok(r) => r,
+        Err(e) => return fail(6, e.message),
+    };
+    let listen = match a.listen.to_socket_addrs().ok().and_then(|mut it| it.next()) {
+        Some(l) => l,
+        None => {
+            return fail(
+                2,
+                format!(
+                    "cannot listen on {:?}: write it as ADDR:PORT, e.g. 0.0.0.0:7050",
+                    a.listen
+                ),
+            )
+        }
+    };
+    let key_path = a.key.clone().unwrap_or_else(home::server_key);
+    let key = match Keypair::load_or_create(&key_path, &format!("server {}", home::comment())) {
+        Ok(k) => k,
+        Err(e) => return fail(4, e.to_string()),
+    };
+    let authorized_keys = a
+        .authorized_keys
+        .clone()
+        .unwrap_or_else(home::authorized_keys);
+    match AuthorizedKeys::load(&authorized_keys) {
+        Ok(k) if !k.is_empty() => eprintln!("haul serve: {} authorized client key(s) in {}", k.len(), authorized_keys.display()),
+        Ok(_) | Err(_) => eprintln!(
+            "haul serve: no client keys in {}: every client will be refused until you add their public keys (`haul keygen` prints one)",
+            authorized_keys.display()
+        ),
+    }
+    let tuning = Tuning::auto(a.cc.clone());
+    let limits = net::BufferLimits::read();
+    if tuning.force_buffer.is_none() {
+        eprintln!(
+            "haul serve: TCP buffers capped by the OS (wmem_max {} B, tcp_wmem max {} B): about {} MB per stream in flight; clients open more streams to fill long paths",
+            limits.wmem_max,
+            limits.tcp_wmem_max,
+            limits.stream_window(false) >> 20
+        );
+    }
+    let cfg = ServerConfig {
+        root: root.clone(),
+        key,
+        authorized_keys,
+        listen,
+        tuning: tuning.clone(),
+        max_sessions: a.max_sessions.max(1),
+    };
+    let fingerprint = cfg.key.public.fingerprint();
+    let res = driver::serve(cfg, |addr| {
+        eprintln!(
+            "haul serve: listening on {addr}, root {}, server key {fingerprint}, congestion control {}",
+            root.path().display(),
+            tuning.cc.as_deref().unwrap_or("system default")
+        );
+    });
+    match res {
+        Ok(()) => 0,
+        Err(e) => fail(3, format!("cannot listen on {listen}: {e}")),
+    }
+}
+
+pub fn keygen(a: KeygenArgs) -> i32 {
+    let path = a.file.unwrap_or_else(home::identity);
+    let kp = Keypair::generate();
+    match kp.save(&path, &a.comment.unwrap_or_else(home::comment)) {
+        Ok(()) => {
+            eprintln!(
+                "haul keygen: wrote {} and {}",
+                path.display(),
+                Keypair::public_path(&path).display()
+            );
+            println!("{}", kp.public);
+            0
+        }
+        Err(e) => {
+            eprintln!("haul keygen: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! The transfer loops (P-19), the same whichever side is client or server.
+//!
+//! Sending side: one thread per data stream pulls the next block from the
+//! session (work stealing), reads it at its offset, hashes it, seals it and
+//! writes it; the control reader feeds acks and nacks back; the calling
+//! thread writes control messages. Receiving side: one thread per data
+//! stream opens, checks and writes blocks in place; the control reader
+//! carries out manifest actions; a finalizer syncs and renames verified
+//! files in batches; the calling thread writes acks and the final `Done`.
+//!
+//! Reads from disk, network transfer and writes to disk overlap because each
+//! stream's thread does its own, and the finalizer works beside them.
+//! The first error stops every thread, is sent to the peer when it is ours,
+//! and leaves no temporary file behind.
+
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rate::TokenBucket;
+use session::{block_hash, Action, BlockVerdict, Next, ReceiverSession, SenderSession};
+use store::{Sink, Sources};
+use wire::{BlockHeader, ErrorCode, Msg, Summary, BLOCK_HEADER_LEN};
+
+use crate::error::TransferError;
+use crate::framed::{FrameReader, FrameWriter, LEN_PREFIX};
+use crate::progress::Progress;
+
+const POLL: Duration = Duration::from_millis(50);
+/// How long a block may wait for its file's manifest entry.
+const ENTRY_WAIT: Duration = Duration::from_secs(60);
+/// How long to wait for the peer to close after the transfer is complete.
+const LINGER: Duration = Duration::from_secs(30);
+
+struct Shared<'a, S> {
+    state: Mutex<S>,
+    cv: Condvar,
+    error: Mutex<Option<TransferError>>,
+    stop: AtomicBool,
+    done: AtomicBool,
+    sockets: Vec<TcpStream>,
+    ctrl: Mutex<FrameWriter>,
+    progress: &'a Progress,
+}
+
+impl<'a, S> Shared<'a, S> {
+    fn new(state: S, ctrl: FrameWriter, sockets: Vec<TcpStream>, progress: &'a Progress) -> Self {
+        Shared {
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+            error: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            sockets,
+            ctrl: Mutex::new(ctrl),
+            progress,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, S> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Records the first error, tells the peer if `ours`, and unblocks
+    /// every thread. Errors after a completed transfer are ignored.
+    fn fail(&self, e: TransferError, ours: bool) {
+        if self.is_done() {
+            return;
+        }
+        {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_some() {
+                return;
+            }
+            tracing::debug!("transfer failed: {}", e.message);
+            *slot = Some(e.clone());
+        }
+        self.stop.store(true, Ordering::Release);
+        if ours {
+            if let Ok(mut c) = self.ctrl.try_lock() {
+                let _ = c.send_msg(&Msg::Error {
+                    code: e.code,
+                    message: e.message,
+                });
+            }
+        }
+        for s in &self.sockets {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        self.cv.notify_all();
+    }
+
+    fn finish(&self) {
+        self.done.store(true, Ordering::Release);
+        self.cv.notify_all();
+    }
+
+    fn take_error(&self) -> Option<TransferError> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    fn send_all(&self, msgs: &[Msg]) -> bool {
+        let mut c = self.ctrl.lock().unwrap_or_else(|p| p.into_inner());
+        for m in msgs {
+            if let Err(e) = c.send_msg(m) {
+                drop(c);
+                self.fail(TransferError::lost("sending control messages", &e), false);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn linger(&self) {
+        for s in &self.sockets {
+            let _ = s.set_read_timeout(Some(LINGER));
+        }
+    }
+}
+
+fn clones(
+    ctrl: &TcpStream,
+    data: impl Iterator<Item = std::io::Result<TcpStream>>,
+) -> Result<Vec<TcpStream>, TransferError> {
+    let mut v = vec![ctrl
+        .try_clone()
+        .map_err(|e| TransferError::lost("setting up", &e))?];
+    for d in data {
+        v.push(d.map_err(|e| TransferError::lost("setting up", &e))?);
+    }
+    Ok(v)
+}
+
+/// What the sending side learns.
+#[derive(Debug, Clone, Copy)]
+pub struct SenderReport {
+    pub summary: Summary,
+    pub retransmitted: u64,
+    pub endgame_copies: u64,
+}
+
+/// Runs the sending side until the receiver confirms every file.
+pub fn run_sender(
+    mut ctrl_r: FrameReader,
+    ctrl_w: FrameWriter,
+    data: Vec<FrameWriter>,
+    session: SenderSession,
+    sources: &Sources,
+    rate: Option<u64>,
+    progress: &Progress,
+) -> Result<SenderReport, TransferError> {
+    let sockets = clones(
+        ctrl_r.get_ref(),
+        data.iter().map(|w| w.get_ref().try_clone()),
+    )?;
+    let sh = Shared::new(session, ctrl_w, sockets, progress);
+    let bucket = rate.map(|r| Mutex::new(TokenBucket::new(r, (r / 50).max(256 << 10))));
+    std::thread::scope(|scope| {
+        for w in data {
+            let (sh, bucket) = (&sh, bucket.as_ref());
+            scope.spawn(move || send_blocks(sh, w, sources, bucket));
+        }
+        scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r));
+        // This thread writes control messages.
+        loop {
+            let msgs: Vec<Msg> = {
+                let mut st = sh.lock();
+                let msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
+                if msgs.is_empty() {
+                    if sh.is_done() || sh.stopped() {
+                        break;
+                    }
+                    let _ = sh.cv.wait_timeout(st, POLL);
+                    continue;
+                }
+                msgs
+            };
+            if !sh.send_all(&msgs) {
+                break;
+            }
+        }
+        if sh.is_done() {
+            for s in &sh.sockets {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    });
+    if let Some(e) = sh.take_error() {
+        return Err(e);
+    }
+    let st = sh.lock();
+    let summary = st.finished().ok_or_else(|| {
+        TransferError::new(
+            ErrorCode::Other,
+            "transfer ended without the receiver's confirmation",
+        )
+    })?;
+    Ok(SenderReport {
+        summary,
+        retransmitted: st.retransmitted,
+        endgame_copies: st.endgame_copies(),
+    })
+}
+
+fn sender_control_reader(sh: &Shared<SenderSession>, r: &mut FrameReader) {
+    loop {
+        match r.read_msg() {
+            Ok(Some(msg)) => {
+                let mut st = sh.lock();
+                let remote = matches!(msg, Msg::Error { .. });
+                if let Err(e) = st.handle(msg, Instant::now()) {
+                    drop(st);
+                    sh.fail(e.into(), !remote);
+                    return;
+                }
+                Progress::set(&sh.progress.done_bytes, st.acked_bytes);
+                Progress::set(&sh.progress.done_files, st.files_done);
+                Progress::set(&sh.progress.retransmitted, st.retransmitted);
+                let finished = st.finished().is_some();
+                drop(st);
+                if finished {
+                    sh.finish();
+                    return;
+                }
+                sh.cv.notify_all();
+            }
+            Ok(None) => {
+                sh.fail(
+                    TransferError::new(
+                        ErrorCode::ConnectionLost,
+                        "the peer closed the connection before the transfer finished",
+                    ),
+                    false,
+                );
+                return;
+            }
+            Err(e) => {
+                sh.fail(e.into_transfer("reading control messages"), false);
+                return;
+            }
+        }
+    }
+}
+
+fn send_blocks(
+    sh: &Shared<SenderSession>,
+    mut w: FrameWriter,
+    sources: &Sources,
+    bucket: Option<&Mutex<TokenBucket>>,
+) {
+    let mut buf: Vec<u8> = Vec::new();
+    let data_at = LEN_PREFIX + BLOCK_HEADER_LEN;
+    while !sh.stopped() {
+        let block = {
+            let mut st = sh.lock();
+            match st.next_block(Instant::now()) {
+                Next::Send(b) => b,
+                Next::Wait => {
+                    let _ = sh.cv.wait_timeout(st, POLL);
+                    continue;
+                }
+                Next::Done => break,
+            }
+        };
+        buf.resize(data_at + block.len as usize, 0);
+        if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[data_at..]) {
+            sh.fail(e.into(), true);
+            break;
+        }
+        let hash = block_hash(&buf[data_at..]);
+        if let Err(e) = sh.lock().block_read(&block, hash) {
+            sh.fail(e.into(), true);
+            break;
+        }
+        sh.cv.notify_all();
+        let header = BlockHeader {
+            file: block.file,
+            index: block.index,
+            offset: block.offset,
+            len: block.len,
+            hash,
+        };
+        header.encode_into(&mut buf[LEN_PREFIX..]);
+        if let Some(b) = bucket {
+            let wait = b
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(Instant::now(), buf.len() as u64);
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+        }
+        if let Err(e) = w.send_in_place(&mut buf) {
+            sh.fail(TransferError::lost("sending data", &e), false);
+            break;
+        }
+    }
+    w.shutdown_write();
+}
+
+/// Runs the receiving side until every file is placed and the sender is told.
+pub fn run_receiver(
+    mut ctrl_r: FrameReader,
+    ctrl_w: FrameWriter,
+    data: Vec<FrameReader>,
+    session: ReceiverSession,
+    sink: &Sink,
+    progress: &Progress,
+) -> Result<Summary, TransferError> {
+    let sockets = clones(
+        ctrl_r.get_ref(),
+        data.iter().map(|r| r.get_ref().try_clone()),
+    )?;
+    let sh = Shared::new(session, ctrl_w, sockets, progress);
+    let (fin_tx, fin_rx) = mpsc::channel::<(u32, u32, i64, u32)>();
+    let rx = Receiving {
+        sh: &sh,
+        sink,
+        fin_tx,
+    };
+    std::thread::scope(|scope| {
+        let rx = &rx;
+        for r in data {
+            scope.spawn(move || rx.receive_blocks(r));
+        }
+        scope.spawn(move || rx.control_reader(&mut ctrl_r));
+        scope.spawn(move || rx.finalizer(fin_rx));
+        // This thread writes acks, nacks, file confirmations and `Done`.
+        loop {
+            let (msgs, finished) = {
+                let mut st = sh.lock();
+                let msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
+                let finished = st.is_finished();
+                if msgs.is_empty() && !finished {
+                    if sh.stopped() {
+                        break;
+                    }
+                    let _ = sh.cv.wait_timeout(st, POLL);
+                    continue;
+                }
+                (msgs, finished)
+            };
+            // Everything is in place before `Done` goes out, so whatever the
+            // peer does after reading it cannot fail this side.
+            if finished {
+                sh.finish();
+            }
+            if !sh.send_all(&msgs) {
+                break;
+            }
+            if finished {
+                sh.linger();
+                sh.ctrl
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .shutdown_write();
+                break;
+            }
+        }
+    });
+    if let Some(e) = sh.take_error() {
+        sink.abort();
+        return Err(e);
+    }
+    let summary = sh.lock().summary();
+    Ok(summary)
+}
+
+struct Receiving<'a, 'p> {
+    sh: &'a Shared<'p, ReceiverSession>,
+    sink: &'a Sink,
+    fin_tx: mpsc::Sender<(u32, u32, i64, u32)>,
+}
+
+impl Receiving<'_, '_> {
+    fn drain(st: &mut ReceiverSession) -> Vec<Action> {
+        std::iter::from_fn(|| st.poll_action()).collect()
+    }
+
+    fn report(&self, st: &ReceiverSession) {
+        let p = self.sh.progress;
+        Progress::set(&p.done_bytes, st.bytes_stored);
+        if let Some(total) = st.bytes_expected {
+            Progress::set(&p.total_bytes, total);
+        }
+        Progress::set(&p.total_files, st.files_expected());
+        Progress::set(&p.done_files, st.summary().files);
+    }
+
+    /// Carries out the session's actions; some produce further actions.
+    fn execute(&self, mut actions: Vec<Action>) -> Result<(), TransferError> {
+        while !actions.is_empty() {
+            let mut more = Vec::new();
+            for a in actions {
+                match a {
+                    Action::MakeDir { path, mode, .. } => self.sink.make_dir(&path, mode)?,
+                    Action::MakeSymlink { path, target, .. } => {
+                        self.sink.make_symlink(&path, &target)?
+                    }
+                    Action::OpenFile { id, path, size } => {
+                        self.sink.open_file(id, &path, size)?;
+                        let mut st = self.sh.lock();
+                        st.opened(id)?;
+                        more.extend(Self::drain(&mut st));
+                    }
+                    Action::Finalize {
+                        id,
+                        mode,
+                        mtime,
+                        mtime_nsec,
+                    } => {
+                        let _ = self.fin_tx.send((id, mode, mtime, mtime_nsec));
+                    }
+                    Action::Finish { dirs } => {
+                        self.sink.finish(&dirs)?;
+                        self.sh.lock().complete();
+                    }
+                }
+            }
+            actions = more;
+        }
+        self.sh.cv.notify_all();
+        Ok(())
+    }
+
+    fn control_reader(&self, r: &mut FrameReader) {
+        loop {
+            match r.read_msg() {
+                Ok(Some(msg)) => {
+                    if self.sh.is_done() {
+                        continue;
+                    }
+                    let remote = matches!(msg, Msg::Error { .. });
+                    let actions = {
+                        let mut st = self.sh.lock();
+                        if let Err(e) = st.handle(msg) {
+                            drop(st);
+                            self.sh.fail(e.into(), !remote);
+                            return;
+                        }
+                        self.report(&st);
+                        Self::drain(&mut st)
+                    };
+                    if let Err(e) = self.execute(actions) {
+                        self.sh.fail(e, true);
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    if !self.sh.is_done() {
+                        self.sh.fail(
+                            TransferError::new(
+                                ErrorCode::ConnectionLost,
+                                "the peer closed the connection before the transfer finished",
+                            ),
+                            false,
+                        );
+                    }
+                    return;
+                }
+                Err(e) => {
+                    if !self.sh.is_done() {
+                        self.sh
+                            .fail(e.into_transfer("reading control messages"), false);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn receive_blocks(&self, mut r: FrameReader) {
+        loop {
+            let body = match r.read_body() {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    if !self.sh.is_done() && !self.sh.stopped() {
+                        // The sender closes a data stream only when it has
+                        // nothing more to send; the control side decides.
+                    }
+                    return;
+                }
+                Err(e) => {
+                    if !self.sh.is_done() {
+                        self.sh.fail(e.into_transfer("receiving data"), false);
+                    }
+                    return;
+                }
+            };
+            let h = match BlockHeader::decode(body) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.sh.fail(
+                        TransferError::new(ErrorCode::Protocol, format!("bad block header: {e}")),
+                        true,
+                    );
+                    return;
+                }
+            };
+            let data = &body[BLOCK_HEADER_LEN..];
+            let hash = block_hash(data);
+            let started = Instant::now();
+            let verdict = loop {
+                let mut st = self.sh.lock();
+                match st.block_arrived(&h, &hash) {
+                    Ok(BlockVerdict::NotReady) => {
+                        if self.sh.stopped() {
+                            return;
+                        }
+                        if started.elapsed() > ENTRY_WAIT {
+                            drop(st);
+                            let e = TransferError::new(
+                                ErrorCode::Protocol,
+                                format!(
+                                    "block for file {} arrived but its entry never did",
+                                    h.file
+                                ),
+                            );
+                            self.sh.fail(e, true);
+                            return;
+                        }
+                        let _ = self.sh.cv.wait_timeout(st, POLL);
+                    }
+                    Ok(v) => break v,
+                    Err(e) => {
+                        drop(st);
+                        self.sh.fail(e.into(), true);
+                        return;
+                    }
+                }
+            };
+            if verdict == BlockVerdict::Rejected {
+                tracing::warn!(
+                    "block {} of file {} failed its hash; asked for it again",
+                    h.index,
+                    h.file
+                );
+                self.sh.cv.notify_all();
+            }
+            if verdict != BlockVerdict::Write {
+                continue;
+            }
+            if let Err(e) = self.sink.write_block(h.file, h.offset, data) {
+                self.sh.fail(e.into(), true);
+                return;
+            }
+            let actions = {
+                let mut st = self.sh.lock();
+                if let Err(e) = st.block_written(h.file, h.index) {
+                    drop(st);
+                    self.sh.fail(e.into(), true);
+                    return;
+                }
+                self.report(&st);
+                Self::drain(&mut st)
+            };
+            if let Err(e) = self.execute(actions) {
+                self.sh.fail(e, true);
+                return;
+            }
+        }
+    }
+
+    fn finalizer(&self, rx: mpsc::Receiver<(u32, u32, i64, u32)>) {
+        while !self.sh.is_done() && !self.sh.stopped() {
+            let first = match rx.recv_timeout(POLL) {
+                Ok(f) => f,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < 1024 {
+                match rx.try_recv() {
+                    Ok(f) => batch.push(f),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = self.sink.finalize(&batch) {
+                self.sh.fail(e.into(), true);
+                return;
+            }
+            let actions = {
+                let mut st = self.sh.lock();
+                for (id, ..) in &batch {
+                    st.placed(*id);
+                }
+                self.report(&st);
+                Self::drain(&mut st)
+            };
+            if let Err(e) = self.execute(actions) {
+                self.sh.fail(e, true);
+                return;
+            }
+        }
+    }
+}

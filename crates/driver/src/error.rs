@@ -1,0 +1,67 @@
+//! The error every driver path returns: a code the CLI turns into an exit
+//! status, and one line for a person.
+
+use std::fmt;
+
+use wire::ErrorCode;
+
+#[derive(Debug, Clone)]
+pub struct TransferError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl TransferError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> TransferError {
+        TransferError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn lost(what: &str, e: &std::io::Error) -> TransferError {
+        TransferError::new(
+            ErrorCode::ConnectionLost,
+            format!("connection lost while {what}: {e}"),
+        )
+    }
+}
+
+impl fmt::Display for TransferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TransferError {}
+
+impl From<store::StoreError> for TransferError {
+    fn from(e: store::StoreError) -> Self {
+        TransferError::new(e.code(), e.message)
+    }
+}
+
+impl From<session::SenderError> for TransferError {
+    fn from(e: session::SenderError) -> Self {
+        use session::SenderError::*;
+        let code = match &e {
+            SourceChanged { .. } => ErrorCode::Other,
+            Protocol(_) => ErrorCode::Protocol,
+            Remote { code, .. } => *code,
+        };
+        TransferError::new(code, e.to_string())
+    }
+}
+
+impl From<session::ReceiverError> for TransferError {
+    fn from(e: session::ReceiverError) -> Self {
+        use session::ReceiverError::*;
+        let code = match &e {
+            Protocol(_) => ErrorCode::Protocol,
+            Path(_) => ErrorCode::OutsideRoot,
+            Integrity { .. } => ErrorCode::Integrity,
+            Remote { code, .. } => *code,
+        };
+        TransferError::new(code, e.to_string())
+    }
+}

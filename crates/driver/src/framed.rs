@@ -1,0 +1,176 @@
+//! Sealed frames over a TCP stream (P-4):
+//! `u32 body length (LE) | body | 16-byte tag`. The length is checked
+//! against [`wire::MAX_FRAME_LEN`] before anything is allocated, and a frame
+//! that fails to open ends the connection.
+
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use secure::{OpenError, Opener, Sealer};
+use wire::{DecodeError, ErrorCode, Msg, MAX_FRAME_LEN, TAG_LEN};
+
+use crate::error::TransferError;
+use crate::progress::Progress;
+
+#[derive(Debug)]
+pub enum FrameError {
+    Io(io::Error),
+    TooLong(u32),
+    Open(OpenError),
+    Decode(DecodeError),
+}
+
+impl FrameError {
+    pub fn into_transfer(self, what: &str) -> TransferError {
+        match self {
+            FrameError::Io(e) => TransferError::lost(what, &e),
+            FrameError::TooLong(n) => TransferError::new(
+                ErrorCode::Protocol,
+                format!(
+                    "peer sent a {n}-byte frame while {what}; not a haul peer of this version?"
+                ),
+            ),
+            FrameError::Open(e) => {
+                TransferError::new(ErrorCode::Integrity, format!("{e} while {what}"))
+            }
+            FrameError::Decode(e) => TransferError::new(
+                ErrorCode::Protocol,
+                format!("undecodable message while {what}: {e}"),
+            ),
+        }
+    }
+}
+
+/// Room to leave before a body so the length can be written in place.
+pub const LEN_PREFIX: usize = 4;
+
+pub struct FrameWriter {
+    stream: TcpStream,
+    sealer: Sealer,
+    progress: Arc<Progress>,
+}
+
+impl FrameWriter {
+    pub fn new(stream: TcpStream, sealer: Sealer, progress: Arc<Progress>) -> FrameWriter {
+        FrameWriter {
+            stream,
+            sealer,
+            progress,
+        }
+    }
+
+    /// Sends `buf[LEN_PREFIX..]` as one frame; `buf[..LEN_PREFIX]` is
+    /// overwritten with the length and the tag is appended.
+    pub fn send_in_place(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let body_len = buf.len() - LEN_PREFIX;
+        buf[..LEN_PREFIX].copy_from_slice(&(body_len as u32).to_le_bytes());
+        let tag = self.sealer.seal(&mut buf[LEN_PREFIX..]);
+        buf.extend_from_slice(&tag);
+        self.stream.write_all(buf)?;
+        Progress::add(&self.progress.wire_tx, buf.len() as u64);
+        Ok(())
+    }
+
+    pub fn send_msg(&mut self, msg: &Msg) -> io::Result<()> {
+        let body = msg.encode();
+        let mut buf = Vec::with_capacity(LEN_PREFIX + body.len() + TAG_LEN);
+        buf.extend_from_slice(&[0; LEN_PREFIX]);
+        buf.extend_from_slice(&body);
+        self.send_in_place(&mut buf)
+    }
+
+    /// Signals the end of what this side sends; the peer reads EOF.
+    pub fn shutdown_write(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
+pub struct FrameReader {
+    stream: BufReader<TcpStream>,
+    opener: Opener,
+    buf: Vec<u8>,
+    progress: Arc<Progress>,
+}
+
+impl FrameReader {
+    pub fn new(stream: TcpStream, opener: Opener, progress: Arc<Progress>) -> FrameReader {
+        FrameReader {
+            stream: BufReader::with_capacity(256 << 10, stream),
+            opener,
+            buf: Vec::new(),
+            progress,
+        }
+    }
+
+    /// Reads and opens the next frame. `Ok(None)` is a clean end of stream
+    /// at a frame boundary.
+    pub fn read_body(&mut self) -> Result<Option<&mut [u8]>, FrameError> {
+        let mut len = [0u8; LEN_PREFIX];
+        match read_full(&mut self.stream, &mut len) {
+            Ok(0) => return Ok(None),
+            Ok(n) if n == LEN_PREFIX => {}
+            Ok(_) => return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+        let n = u32::from_le_bytes(len);
+        if n > MAX_FRAME_LEN {
+            return Err(FrameError::TooLong(n));
+        }
+        let total = n as usize + TAG_LEN;
+        self.buf.resize(total, 0);
+        self.stream
+            .read_exact(&mut self.buf)
+            .map_err(FrameError::Io)?;
+        Progress::add(&self.progress.wire_rx, (LEN_PREFIX + total) as u64);
+        let (body, tag) = self.buf.split_at_mut(n as usize);
+        let tag: &[u8; TAG_LEN] = (&*tag).try_into().expect("tag slice has TAG_LEN bytes");
+        self.opener.open(body, tag).map_err(FrameError::Open)?;
+        Ok(Some(&mut self.buf[..n as usize]))
+    }
+
+    pub fn read_msg(&mut self) -> Result<Option<Msg>, FrameError> {
+        match self.read_body()? {
+            None => Ok(None),
+            Some(body) => Msg::decode(body).map(Some).map_err(FrameError::Decode),
+        }
+    }
+
+    pub fn get_ref(&self) -> &TcpStream {
+        self.stream.get_ref()
+    }
+}
+
+/// Reads until `buf` is full or the stream ends; returns bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Handshake messages travel before any keys exist: `u16 length | bytes`.
+pub fn write_raw(stream: &mut TcpStream, msg: &[u8]) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(2 + msg.len());
+    buf.extend_from_slice(&(msg.len() as u16).to_le_bytes());
+    buf.extend_from_slice(msg);
+    stream.write_all(&buf)
+}
+
+pub fn read_raw(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len)?;
+    let mut buf = vec![0u8; u16::from_le_bytes(len) as usize];
+    stream.read_exact(&mut buf)?;
+    Ok(buf)
+}

@@ -1,0 +1,27 @@
+//! Sockets and threads, kept thin.
+//!
+//! - [`net`]: socket set-up (buffers sized to the path, congestion control,
+//!   keepalive) and what the OS allows.
+//! - [`framed`]: length-prefixed sealed frames over a TCP stream.
+//! - [`handshake`]: runs the sans-IO Noise handshake over a connection.
+//! - [`engine`]: the transfer loops shared by client and server: one thread
+//!   per data stream, control reader and writer, and a finalizer.
+//! - [`server`] and [`client`]: who connects to whom, and what is asked.
+
+pub mod client;
+pub mod engine;
+pub mod error;
+pub mod framed;
+pub mod handshake;
+pub mod join;
+pub mod net;
+pub mod progress;
+pub mod server;
+
+pub use client::{ClientConfig, Connected, Report};
+pub use error::TransferError;
+pub use progress::Progress;
+pub use server::{serve, ServerConfig};
+
+/// Default TCP port of `haul serve`.
+pub const DEFAULT_PORT: u16 = 7050;

@@ -1,0 +1,174 @@
+//! Socket set-up for long fat paths (P-18).
+//!
+//! Linux autotunes TCP buffers up to `tcp_rmem`/`tcp_wmem` maxima; setting
+//! SO_SNDBUF/SO_RCVBUF explicitly turns autotuning off and is capped by
+//! `net.core.{r,w}mem_max`. So haul leaves autotuning alone unless it can
+//! exceed those caps with SO_*BUFFORCE (root), and otherwise reports the cap
+//! so the stream count can make up for it. BBR is asked for when offered.
+
+use std::fs;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+
+/// Largest per-socket buffer haul asks for when it may force one.
+pub const FORCED_BUFFER: usize = 64 << 20;
+
+/// How the OS limits TCP buffers, read from /proc/sys.
+#[derive(Debug, Clone, Copy)]
+pub struct BufferLimits {
+    pub wmem_max: u64,
+    pub rmem_max: u64,
+    pub tcp_wmem_max: u64,
+    pub tcp_rmem_max: u64,
+}
+
+fn sysctl_u64(path: &str, field: usize) -> Option<u64> {
+    fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .nth(field)?
+        .parse()
+        .ok()
+}
+
+impl BufferLimits {
+    pub fn read() -> BufferLimits {
+        BufferLimits {
+            wmem_max: sysctl_u64("/proc/sys/net/core/wmem_max", 0).unwrap_or(212_992),
+            rmem_max: sysctl_u64("/proc/sys/net/core/rmem_max", 0).unwrap_or(212_992),
+            tcp_wmem_max: sysctl_u64("/proc/sys/net/ipv4/tcp_wmem", 2).unwrap_or(4 << 20),
+            tcp_rmem_max: sysctl_u64("/proc/sys/net/ipv4/tcp_rmem", 2).unwrap_or(6 << 20),
+        }
+    }
+
+    /// Bytes one stream can keep in flight without forcing buffers. Senders
+    /// that wait for writability keep about 2/3 of the send buffer in flight.
+    pub fn stream_window(&self, can_force: bool) -> u64 {
+        if can_force {
+            return FORCED_BUFFER as u64 / 2;
+        }
+        let send = self.tcp_wmem_max.max(self.wmem_max) * 2 / 3;
+        send.min(self.tcp_rmem_max.max(self.rmem_max) / 2)
+            .max(64 << 10)
+    }
+}
+
+/// Whether this process may exceed the buffer caps (CAP_NET_ADMIN).
+pub fn can_force_buffers() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Congestion control algorithms this kernel offers to unprivileged users.
+pub fn available_cc() -> Vec<String> {
+    let path = if can_force_buffers() {
+        "/proc/sys/net/ipv4/tcp_available_congestion_control"
+    } else {
+        "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    };
+    fs::read_to_string(path)
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Per-connection choices.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// Congestion control to ask for; `None` keeps the system default.
+    pub cc: Option<String>,
+    /// Force buffers of this size (root only); `None` keeps autotuning.
+    pub force_buffer: Option<usize>,
+}
+
+impl Tuning {
+    /// BBR when offered, forced buffers when permitted.
+    pub fn auto(cc: Option<String>) -> Tuning {
+        let cc = cc.or_else(|| {
+            available_cc()
+                .iter()
+                .any(|c| c == "bbr")
+                .then(|| "bbr".to_string())
+        });
+        Tuning {
+            cc,
+            force_buffer: can_force_buffers().then_some(FORCED_BUFFER),
+        }
+    }
+
+    pub fn apply(&self, s: &Socket) {
+        let _ = s.set_tcp_nodelay(true);
+        let ka = TcpKeepalive::new()
+            .with_time(Duration::from_secs(15))
+            .with_interval(Duration::from_secs(5))
+            .with_retries(6);
+        let _ = s.set_tcp_keepalive(&ka);
+        // Unacknowledged data for this long means the peer is gone.
+        let _ = s.set_tcp_user_timeout(Some(Duration::from_secs(60)));
+        if let Some(cc) = &self.cc {
+            if let Err(e) = s.set_tcp_congestion(cc.as_bytes()) {
+                tracing::warn!("congestion control {cc} refused: {e}");
+            }
+        }
+        if let Some(size) = self.force_buffer {
+            force_buffers(s.as_raw_fd(), size);
+        }
+    }
+}
+
+fn force_buffers(fd: i32, size: usize) {
+    let v = size as libc::c_int;
+    for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+        // SAFETY: setsockopt with a pointer to a live c_int and its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &v as *const _ as *const libc::c_void,
+                std::mem::size_of_val(&v) as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!("SO_*BUFFORCE refused: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// Connects with a timeout, tuning the socket before the SYN so the window
+/// scale covers the buffers.
+pub fn connect(
+    addr: &SocketAddr,
+    tuning: &Tuning,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    tuning.apply(&s);
+    s.connect_timeout(&SockAddr::from(*addr), timeout)?;
+    Ok(s.into())
+}
+
+/// A listening socket whose accepted connections inherit the tuning.
+pub fn listen(addr: &SocketAddr, tuning: &Tuning) -> std::io::Result<std::net::TcpListener> {
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    s.set_reuse_address(true)?;
+    tuning.apply(&s);
+    s.bind(&SockAddr::from(*addr))?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+/// Tunes an accepted connection (options not inherited from the listener).
+pub fn tune_accepted(stream: &TcpStream, tuning: &Tuning) {
+    tuning.apply(&socket2::SockRef::from(stream));
+}

@@ -1,0 +1,34 @@
+//! Counters the engine updates and the CLI reads for its progress bar and
+//! summary. Atomics only: reading them never slows the data path.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default, Debug)]
+pub struct Progress {
+    /// File bytes in the manifest.
+    pub total_bytes: AtomicU64,
+    pub total_files: AtomicU64,
+    /// File bytes verified by the receiver (acknowledged, on the sender).
+    pub done_bytes: AtomicU64,
+    /// Files placed under their final names.
+    pub done_files: AtomicU64,
+    /// Bytes this side wrote to and read from all its connections.
+    pub wire_tx: AtomicU64,
+    pub wire_rx: AtomicU64,
+    /// Blocks sent again after the receiver rejected them.
+    pub retransmitted: AtomicU64,
+    /// Streams in use.
+    pub streams: AtomicU64,
+}
+
+impl Progress {
+    pub fn get(v: &AtomicU64) -> u64 {
+        v.load(Relaxed)
+    }
+    pub fn add(v: &AtomicU64, n: u64) {
+        v.fetch_add(n, Relaxed);
+    }
+    pub fn set(v: &AtomicU64, n: u64) {
+        v.store(n, Relaxed);
+    }
+}

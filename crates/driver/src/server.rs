@@ -1,0 +1,369 @@
+//! `haul serve`: accepts control connections, authenticates each client
+//! against the authorized keys, answers its request inside the served root,
+//! gathers the session's data connections, and runs the engine (P-21).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use secure::{AuthorizedKeys, Direction, Keypair, Opener, Protection, Sealer};
+use session::{ReceiverSession, SenderSession};
+use store::{walk, Destination, Root, Sink, Sources};
+use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305};
+
+use crate::engine::{run_receiver, run_sender};
+use crate::error::TransferError;
+use crate::framed::{FrameReader, FrameWriter};
+use crate::handshake;
+use crate::join::server_join;
+use crate::net::{self, Tuning};
+use crate::progress::Progress;
+
+/// In-flight window the sending side allows (unacknowledged bytes).
+pub const SEND_WINDOW: u64 = 512 << 20;
+const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ServerConfig {
+    pub root: Root,
+    pub key: Keypair,
+    /// Read again for every session, so added keys work without a restart.
+    pub authorized_keys: PathBuf,
+    pub listen: SocketAddr,
+    pub tuning: Tuning,
+    pub max_sessions: usize,
+}
+
+type Registry = Mutex<HashMap<[u8; 16], mpsc::Sender<(u16, TcpStream)>>>;
+
+struct Server {
+    cfg: ServerConfig,
+    sessions: Registry,
+    active: AtomicUsize,
+}
+
+/// Binds and serves forever. `ready` is called with the bound address.
+pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+    let listener: TcpListener = net::listen(&cfg.listen, &cfg.tuning)?;
+    ready(listener.local_addr()?);
+    let server = Arc::new(Server {
+        cfg,
+        sessions: Mutex::new(HashMap::new()),
+        active: AtomicUsize::new(0),
+    });
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let server = server.clone();
+        std::thread::spawn(move || server.connection(stream));
+    }
+    Ok(())
+}
+
+/// Protection of control frames: always encrypted, same cipher everywhere.
+pub const CONTROL_PROTECTION: Protection = Protection::ChaCha20Poly1305;
+
+pub fn protection_of(code: u8) -> Protection {
+    match code {
+        PROTECT_AES256GCM => Protection::Aes256Gcm,
+        PROTECT_CHACHA20POLY1305 => Protection::ChaCha20Poly1305,
+        _ => Protection::IntegrityOnly,
+    }
+}
+
+impl Server {
+    fn connection(&self, mut stream: TcpStream) {
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        net::tune_accepted(&stream, &self.cfg.tuning);
+        let pre = match handshake::read_preamble(&mut stream) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::info!("{peer}: dropped: {e}");
+                return;
+            }
+        };
+        match pre.kind {
+            ConnKind::Data => {
+                let tx = self
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&pre.session)
+                    .cloned();
+                match tx {
+                    Some(tx) => {
+                        let _ = tx.send((pre.stream, stream));
+                    }
+                    None => tracing::info!("{peer}: data connection for no session; dropped"),
+                }
+            }
+            ConnKind::Control => {
+                let started = Instant::now();
+                match self.session(stream, &pre) {
+                    Ok(line) => {
+                        tracing::info!("{peer}: {line} in {:.2}s", started.elapsed().as_secs_f64())
+                    }
+                    Err(e) => tracing::warn!("{peer}: {e}"),
+                }
+            }
+        }
+    }
+
+    fn session(
+        &self,
+        mut stream: TcpStream,
+        pre: &wire::Preamble,
+    ) -> Result<String, TransferError> {
+        let est = handshake::server(&mut stream, pre, &self.cfg.key)?;
+        let progress = Arc::new(Progress::default());
+        let read_half = stream
+            .try_clone()
+            .map_err(|e| TransferError::lost("setting up", &e))?;
+        let mut ctrl_r = FrameReader::new(
+            read_half,
+            Opener::new(
+                CONTROL_PROTECTION,
+                &est.keys.stream_key(0, Direction::ClientToServer),
+            ),
+            progress.clone(),
+        );
+        let mut ctrl_w = FrameWriter::new(
+            stream,
+            Sealer::new(
+                CONTROL_PROTECTION,
+                &est.keys.stream_key(0, Direction::ServerToClient),
+            ),
+            progress.clone(),
+        );
+        let refuse = |w: &mut FrameWriter, e: TransferError| {
+            let _ = w.send_msg(&Msg::Error {
+                code: e.code,
+                message: e.message.clone(),
+            });
+            Err(e)
+        };
+
+        let authorized = AuthorizedKeys::load(&self.cfg.authorized_keys).unwrap_or_default();
+        if !authorized.contains(&est.peer) {
+            let msg = format!(
+                "the server does not know your key {} ({}); add this line to {} on the server: {}",
+                est.peer.fingerprint(),
+                "client key",
+                self.cfg.authorized_keys.display(),
+                est.peer
+            );
+            return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg));
+        }
+        let _guard = match SessionGuard::enter(&self.active, self.cfg.max_sessions) {
+            Some(g) => g,
+            None => {
+                let msg = format!(
+                    "server busy: {} sessions already running; try again later",
+                    self.cfg.max_sessions
+                );
+                return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+            }
+        };
+        ctrl_w
+            .send_msg(&Msg::Welcome)
+            .map_err(|e| TransferError::lost("welcoming the client", &e))?;
+
+        ctrl_r
+            .get_ref()
+            .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
+            .ok();
+        let req = match ctrl_r.read_msg() {
+            Ok(Some(Msg::Request(r))) => r,
+            Ok(_) => {
+                return Err(TransferError::new(
+                    ErrorCode::Protocol,
+                    "client sent no request",
+                ))
+            }
+            Err(e) => return Err(e.into_transfer("reading the request")),
+        };
+        ctrl_r.get_ref().set_read_timeout(None).ok();
+        if let Err(e) = check_request(&req) {
+            return refuse(&mut ctrl_w, e);
+        }
+        let protection = protection_of(req.protection);
+
+        // Prepare the side we play before accepting, so errors come first.
+        enum Side {
+            Send(SenderSession, Sources, u64),
+            Receive(Sink),
+        }
+        let side = match req.op {
+            Op::Pull => {
+                let paths: Result<Vec<_>, _> =
+                    req.paths.iter().map(|p| self.cfg.root.resolve(p)).collect();
+                let walked = match paths
+                    .map_err(TransferError::from)
+                    .and_then(|p| walk(&p, req.recursive).map_err(Into::into))
+                {
+                    Ok(w) => w,
+                    Err(e) => return refuse(&mut ctrl_w, e),
+                };
+                let bytes = walked.file_bytes();
+                let session = SenderSession::new(walked.entries, req.block_size, SEND_WINDOW);
+                Side::Send(session, Sources::new(walked.paths), bytes)
+            }
+            Op::Push => {
+                let dest = &req.paths[0];
+                let dest_res = self
+                    .cfg
+                    .root
+                    .resolve(dest)
+                    .map_err(TransferError::from)
+                    .and_then(|p| {
+                        Destination::for_path(
+                            &p,
+                            dest.ends_with('/'),
+                            req.many_sources,
+                            self.cfg.root.clone(),
+                        )
+                        .map_err(Into::into)
+                    });
+                match dest_res {
+                    Ok(d) => Side::Receive(Sink::new(d)),
+                    Err(e) => return refuse(&mut ctrl_w, e),
+                }
+            }
+        };
+
+        let session_id = est.keys.session_id();
+        let (tx, rx) = mpsc::channel();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session_id, tx);
+        let joined = (|| {
+            ctrl_w
+                .send_msg(&Msg::Accept {
+                    session: session_id,
+                    streams: req.streams,
+                })
+                .map_err(|e| TransferError::lost("accepting the request", &e))?;
+            gather(&rx, req.streams, &est.keys, protection, &progress)
+        })();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session_id);
+        let conns = joined?;
+        Progress::set(&progress.streams, conns.len() as u64);
+
+        match side {
+            Side::Send(session, sources, bytes) => {
+                let writers = conns.into_iter().map(|c| c.writer).collect();
+                let r = run_sender(
+                    ctrl_r,
+                    ctrl_w,
+                    writers,
+                    session,
+                    &sources,
+                    rate_of(&req),
+                    &progress,
+                )?;
+                Ok(format!(
+                    "sent {} files, {bytes} bytes, over {} streams ({})",
+                    r.summary.files,
+                    req.streams,
+                    protection.name()
+                ))
+            }
+            Side::Receive(sink) => {
+                let readers = conns.into_iter().map(|c| c.reader).collect();
+                let s = run_receiver(
+                    ctrl_r,
+                    ctrl_w,
+                    readers,
+                    ReceiverSession::new(req.block_size),
+                    &sink,
+                    &progress,
+                )?;
+                Ok(format!(
+                    "received {} files, {} bytes, over {} streams ({})",
+                    s.files,
+                    s.file_bytes,
+                    req.streams,
+                    protection.name()
+                ))
+            }
+        }
+    }
+}
+
+fn rate_of(req: &Request) -> Option<u64> {
+    (req.rate > 0).then_some(req.rate)
+}
+
+fn check_request(req: &Request) -> Result<(), TransferError> {
+    let bad = |m: &str| Err(TransferError::new(ErrorCode::BadRequest, m.to_string()));
+    if req.streams == 0 || req.streams > 256 {
+        return bad("stream count must be 1 to 256");
+    }
+    if !(4096..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
+        return bad("block size must be 4 KiB to 16 MiB");
+    }
+    if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) {
+        return bad("request names no path");
+    }
+    Ok(())
+}
+
+/// Waits for the session's data connections and checks each one's join.
+fn gather(
+    rx: &mpsc::Receiver<(u16, TcpStream)>,
+    streams: u16,
+    keys: &secure::SessionKeys,
+    protection: Protection,
+    progress: &Arc<Progress>,
+) -> Result<Vec<crate::join::DataConn>, TransferError> {
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let mut slots: Vec<Option<crate::join::DataConn>> = (0..streams).map(|_| None).collect();
+    let mut got = 0;
+    while got < streams {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (index, stream) = rx.recv_timeout(left).map_err(|_| {
+            TransferError::new(
+                ErrorCode::ConnectionLost,
+                format!(
+                    "only {got} of {streams} data connections arrived within {}s",
+                    JOIN_TIMEOUT.as_secs()
+                ),
+            )
+        })?;
+        let slot = index.checked_sub(1).and_then(|i| slots.get_mut(i as usize));
+        let Some(slot) = slot.filter(|s| s.is_none()) else {
+            tracing::warn!("data connection with unexpected stream index {index}; dropped");
+            continue;
+        };
+        *slot = Some(server_join(stream, keys, index, protection, progress)?);
+        got += 1;
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+struct SessionGuard<'a>(&'a AtomicUsize);
+
+impl<'a> SessionGuard<'a> {
+    fn enter(active: &'a AtomicUsize, max: usize) -> Option<SessionGuard<'a>> {
+        let prev = active.fetch_add(1, Ordering::AcqRel);
+        if prev >= max {
+            active.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(SessionGuard(active))
+    }
+}
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}

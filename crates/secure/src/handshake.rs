@@ -1,0 +1,271 @@
+//! The Noise XX handshake (P-3) as a sans-IO state machine: bytes in, bytes
+//! out, no sockets. Noise gives mutual authentication by static keys and
+//! forward secrecy by ephemeral ones; `snow` is the vetted implementation.
+//!
+//! ```text
+//! client                                   server
+//!   msg1: -> e                      ────────▶
+//!                                   ◀──────── msg2: <- e, ee, s, es  [server random]
+//!   (client checks the server key against its pins)
+//!   msg3: -> s, se  [client random] ────────▶
+//!                                             (server checks authorized keys)
+//! ```
+//!
+//! Both sides then hold [`SessionKeys`]: a secret mixed from both randoms
+//! (each sent encrypted under the ephemeral keys) and the handshake hash.
+//! Every connection of the session derives its own per-direction keys from
+//! it, so data connections need no handshake of their own.
+
+use thiserror::Error;
+
+use crate::keys::{Keypair, PublicKey};
+
+/// The Noise protocol name haul uses.
+pub const NOISE_PATTERN: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
+const PROLOGUE: &[u8] = b"haul handshake v1";
+const MAX_MSG: usize = 1024;
+
+#[derive(Debug, Error)]
+pub enum HandshakeError {
+    #[error("handshake failed: {0} (the peer may hold another key or not speak haul)")]
+    Noise(#[from] snow::Error),
+    #[error("handshake message malformed: {0}")]
+    Malformed(&'static str),
+}
+
+/// Which way a frame travels; each direction of each stream has its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    ClientToServer,
+    ServerToClient,
+}
+
+/// The result of a handshake: material every stream key derives from.
+#[derive(Clone)]
+pub struct SessionKeys {
+    secret: [u8; 32],
+}
+
+impl SessionKeys {
+    fn new(
+        client_random: &[u8; 32],
+        server_random: &[u8; 32],
+        handshake_hash: &[u8],
+    ) -> SessionKeys {
+        let mut h = blake3::Hasher::new_derive_key("haul 2026-11 session secret v1");
+        h.update(client_random)
+            .update(server_random)
+            .update(handshake_hash);
+        SessionKeys {
+            secret: *h.finalize().as_bytes(),
+        }
+    }
+
+    /// The 32-byte key of one direction of one stream (stream 0 is control).
+    pub fn stream_key(&self, stream: u16, dir: Direction) -> [u8; 32] {
+        let mut h = blake3::Hasher::new_derive_key("haul 2026-11 stream key v1");
+        h.update(&self.secret)
+            .update(&stream.to_le_bytes())
+            .update(&[dir as u8]);
+        *h.finalize().as_bytes()
+    }
+
+    /// A value both peers share and nobody else knows, used as the session id
+    /// that data connections present.
+    pub fn session_id(&self) -> [u8; 16] {
+        let mut h = blake3::Hasher::new_derive_key("haul 2026-11 session id v1");
+        h.update(&self.secret);
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&h.finalize().as_bytes()[..16]);
+        out
+    }
+}
+
+fn builder(local: &Keypair) -> Result<snow::Builder<'_>, HandshakeError> {
+    Ok(snow::Builder::new(
+        NOISE_PATTERN
+            .parse()
+            .map_err(|_| HandshakeError::Malformed("pattern"))?,
+    )
+    .local_private_key(local.secret())?
+    .prologue(PROLOGUE)?)
+}
+
+fn random32() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    b
+}
+
+fn remote_static(hs: &snow::HandshakeState) -> Result<PublicKey, HandshakeError> {
+    let k = hs
+        .get_remote_static()
+        .ok_or(HandshakeError::Malformed("no static key"))?;
+    let mut out = [0u8; 32];
+    out.copy_from_slice(k);
+    Ok(PublicKey(out))
+}
+
+fn take32(payload: &[u8]) -> Result<[u8; 32], HandshakeError> {
+    payload
+        .try_into()
+        .map_err(|_| HandshakeError::Malformed("payload length"))
+}
+
+/// The initiator's side.
+pub struct ClientHandshake {
+    hs: snow::HandshakeState,
+    server_random: Option<[u8; 32]>,
+}
+
+impl ClientHandshake {
+    /// Starts a handshake; returns the state and message one to send.
+    pub fn start(local: &Keypair) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
+        let mut hs = builder(local)?.build_initiator()?;
+        let mut out = vec![0u8; MAX_MSG];
+        let n = hs.write_message(&[], &mut out)?;
+        out.truncate(n);
+        Ok((
+            ClientHandshake {
+                hs,
+                server_random: None,
+            },
+            out,
+        ))
+    }
+
+    /// Reads message two; returns the server's static key, which the caller
+    /// must check against its pins before calling [`Self::finish`].
+    pub fn read_reply(&mut self, msg2: &[u8]) -> Result<PublicKey, HandshakeError> {
+        let mut payload = vec![0u8; MAX_MSG];
+        let n = self.hs.read_message(msg2, &mut payload)?;
+        self.server_random = Some(take32(&payload[..n])?);
+        remote_static(&self.hs)
+    }
+
+    /// Writes message three, which proves the client's identity.
+    pub fn finish(mut self) -> Result<(Vec<u8>, SessionKeys), HandshakeError> {
+        let server_random = self
+            .server_random
+            .ok_or(HandshakeError::Malformed("message two not read"))?;
+        let client_random = random32();
+        let mut out = vec![0u8; MAX_MSG];
+        let n = self.hs.write_message(&client_random, &mut out)?;
+        out.truncate(n);
+        if !self.hs.is_handshake_finished() {
+            return Err(HandshakeError::Malformed("handshake did not finish"));
+        }
+        let keys = SessionKeys::new(&client_random, &server_random, self.hs.get_handshake_hash());
+        Ok((out, keys))
+    }
+}
+
+/// The responder's side.
+pub struct ServerHandshake {
+    hs: snow::HandshakeState,
+    server_random: [u8; 32],
+}
+
+impl ServerHandshake {
+    /// Reads message one; returns the state and message two to send.
+    pub fn respond(
+        local: &Keypair,
+        msg1: &[u8],
+    ) -> Result<(ServerHandshake, Vec<u8>), HandshakeError> {
+        let mut hs = builder(local)?.build_responder()?;
+        let mut scratch = vec![0u8; MAX_MSG];
+        let n = hs.read_message(msg1, &mut scratch)?;
+        if n != 0 {
+            return Err(HandshakeError::Malformed("message one carries a payload"));
+        }
+        let server_random = random32();
+        let mut out = vec![0u8; MAX_MSG];
+        let n = hs.write_message(&server_random, &mut out)?;
+        out.truncate(n);
+        Ok((ServerHandshake { hs, server_random }, out))
+    }
+
+    /// Reads message three; returns the client's static key (the caller
+    /// checks it against the authorized keys) and the session keys.
+    pub fn finish(mut self, msg3: &[u8]) -> Result<(PublicKey, SessionKeys), HandshakeError> {
+        let mut payload = vec![0u8; MAX_MSG];
+        let n = self.hs.read_message(msg3, &mut payload)?;
+        let client_random = take32(&payload[..n])?;
+        if !self.hs.is_handshake_finished() {
+            return Err(HandshakeError::Malformed("handshake did not finish"));
+        }
+        let keys = SessionKeys::new(
+            &client_random,
+            &self.server_random,
+            self.hs.get_handshake_hash(),
+        );
+        Ok((remote_static(&self.hs)?, keys))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn run(
+        client: &Keypair,
+        server: &Keypair,
+    ) -> Result<(PublicKey, PublicKey, SessionKeys, SessionKeys), HandshakeError> {
+        let (mut c, m1) = ClientHandshake::start(client)?;
+        let (s, m2) = ServerHandshake::respond(server, &m1)?;
+        let server_seen = c.read_reply(&m2)?;
+        let (m3, ck) = c.finish()?;
+        let (client_seen, sk) = s.finish(&m3)?;
+        Ok((server_seen, client_seen, ck, sk))
+    }
+
+    #[test]
+    fn both_sides_agree_and_learn_each_other() {
+        let (c, s) = (Keypair::generate(), Keypair::generate());
+        let (server_seen, client_seen, ck, sk) = run(&c, &s).unwrap();
+        assert_eq!(server_seen, s.public);
+        assert_eq!(client_seen, c.public);
+        assert_eq!(ck.session_id(), sk.session_id());
+        assert_eq!(
+            ck.stream_key(3, Direction::ClientToServer),
+            sk.stream_key(3, Direction::ClientToServer)
+        );
+        assert_ne!(
+            ck.stream_key(3, Direction::ClientToServer),
+            ck.stream_key(3, Direction::ServerToClient)
+        );
+        assert_ne!(
+            ck.stream_key(3, Direction::ClientToServer),
+            ck.stream_key(4, Direction::ClientToServer)
+        );
+    }
+
+    #[test]
+    fn sessions_never_share_keys() {
+        let (c, s) = (Keypair::generate(), Keypair::generate());
+        let a = run(&c, &s).unwrap().2;
+        let b = run(&c, &s).unwrap().2;
+        assert_ne!(a.session_id(), b.session_id());
+    }
+
+    #[test]
+    fn tampered_message_two_fails() {
+        let (c, s) = (Keypair::generate(), Keypair::generate());
+        let (mut ch, m1) = ClientHandshake::start(&c).unwrap();
+        let (_, mut m2) = ServerHandshake::respond(&s, &m1).unwrap();
+        let last = m2.len() - 1;
+        m2[last] ^= 1;
+        assert!(ch.read_reply(&m2).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let s = Keypair::generate();
+            let _ = ServerHandshake::respond(&s, &b);
+            let (mut ch, _) = ClientHandshake::start(&s).unwrap();
+            let _ = ch.read_reply(&b);
+        }
+    }
+}

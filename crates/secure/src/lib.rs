@@ -1,0 +1,19 @@
+//! Who the peer is and how frames are protected.
+//!
+//! - [`keys`]: a host's static X25519 keypair and its text form.
+//! - [`trust`]: the server's authorized-keys file and the client's pinned
+//!   servers (trust on first use, like ssh's `known_hosts`).
+//! - [`handshake`]: Noise XX (via `snow`) as a sans-IO state machine; it
+//!   yields [`SessionKeys`] from which every stream's keys derive (P-3).
+//! - [`seal`]: per-direction AEAD with counter nonces for every frame (P-5),
+//!   or authentication without encryption under `--no-encrypt` (P-7).
+
+pub mod handshake;
+pub mod keys;
+pub mod seal;
+pub mod trust;
+
+pub use handshake::{ClientHandshake, Direction, HandshakeError, ServerHandshake, SessionKeys};
+pub use keys::{KeyError, Keypair, PublicKey};
+pub use seal::{OpenError, Opener, Protection, Sealer};
+pub use trust::{AuthorizedKeys, HostKeyStatus, KnownHosts};

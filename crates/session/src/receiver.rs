@@ -1,0 +1,413 @@
+//! The receiving side of a transfer (P-15).
+//!
+//! It turns manifest entries into actions (make a directory, open a
+//! temporary file, make a link), judges every arriving block against its
+//! hash and the manifest, acknowledges blocks once stored, and releases a
+//! file for renaming into place only when every block is stored and the
+//! sender's whole-file digest matches the hashes it verified.
+
+use std::collections::{HashMap, VecDeque};
+
+use thiserror::Error;
+use wire::{BlockHeader, EntryKind, ErrorCode, Msg, Summary};
+
+use crate::digest::FileDigest;
+use crate::paths;
+use crate::{block_count, block_len};
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ReceiverError {
+    #[error("peer broke the protocol: {0}")]
+    Protocol(String),
+    #[error("refused path from peer: {0}")]
+    Path(#[from] paths::PathError),
+    #[error("file {path} failed verification: its digest does not match the blocks received")]
+    Integrity { path: String },
+    #[error("{message}")]
+    Remote { code: ErrorCode, message: String },
+}
+
+/// What the driver must do on the receiver's behalf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    MakeDir {
+        id: u32,
+        path: Vec<u8>,
+        mode: u32,
+    },
+    /// Create the temporary file blocks will be written into.
+    OpenFile {
+        id: u32,
+        path: Vec<u8>,
+        size: u64,
+    },
+    MakeSymlink {
+        id: u32,
+        path: Vec<u8>,
+        target: Vec<u8>,
+    },
+    /// Every block stored and verified: sync, set mode and times, rename.
+    Finalize {
+        id: u32,
+        mode: u32,
+        mtime: i64,
+        mtime_nsec: u32,
+    },
+    /// Everything placed: set directory modes and times (deepest first),
+    /// then call `complete`.
+    Finish {
+        dirs: Vec<(Vec<u8>, i64, u32)>,
+    },
+}
+
+/// What to do with an arriving block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockVerdict {
+    /// Write the data at the header's offset, then call `block_written`.
+    Write,
+    /// Already have it (an endgame copy): drop it.
+    Duplicate,
+    /// Hash mismatch: a nack is queued; drop the data.
+    Rejected,
+    /// The file's entry has not been opened yet: wait and ask again.
+    NotReady,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Slot {
+    Missing,
+    Writing,
+    Stored,
+}
+
+struct RecvFile {
+    path: Vec<u8>,
+    size: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    opened: bool,
+    slots: Vec<Slot>,
+    hashes: Vec<[u8; 32]>,
+    stored: usize,
+    digest: Option<[u8; 32]>,
+    released: bool,
+    placed: bool,
+}
+
+pub struct ReceiverSession {
+    block_size: u32,
+    files: HashMap<u32, RecvFile>,
+    dirs: Vec<(Vec<u8>, i64, u32)>,
+    seen_ids: std::collections::HashSet<u32>,
+    manifest: Option<(u64, u64)>,
+    files_placed: u64,
+    bytes_placed: u64,
+    actions: VecDeque<Action>,
+    outbox: VecDeque<Msg>,
+    acks: Vec<(u32, u32)>,
+    finishing: bool,
+    finished: bool,
+    /// Blocks whose bytes did not match their hash.
+    pub bad_blocks: u64,
+    /// Bytes of blocks verified and stored so far.
+    pub bytes_stored: u64,
+    /// Announced total of file bytes, once the manifest is complete.
+    pub bytes_expected: Option<u64>,
+}
+
+impl ReceiverSession {
+    pub fn new(block_size: u32) -> ReceiverSession {
+        ReceiverSession {
+            block_size,
+            files: HashMap::new(),
+            dirs: Vec::new(),
+            seen_ids: Default::default(),
+            manifest: None,
+            files_placed: 0,
+            bytes_placed: 0,
+            actions: VecDeque::new(),
+            outbox: VecDeque::new(),
+            acks: Vec::new(),
+            finishing: false,
+            finished: false,
+            bad_blocks: 0,
+            bytes_stored: 0,
+            bytes_expected: None,
+        }
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Next control message to send; pending acks go out as one batch.
+    pub fn poll_control(&mut self) -> Option<Msg> {
+        if let Some(m) = self.outbox.pop_front() {
+            return Some(m);
+        }
+        if !self.acks.is_empty() {
+            return Some(Msg::Acks(std::mem::take(&mut self.acks)));
+        }
+        None
+    }
+
+    pub fn has_control(&self) -> bool {
+        !self.outbox.is_empty() || !self.acks.is_empty()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// A control message from the sender.
+    pub fn handle(&mut self, msg: Msg) -> Result<(), ReceiverError> {
+        match msg {
+            Msg::Entry(e) => {
+                if self.manifest.is_some() {
+                    return Err(ReceiverError::Protocol(
+                        "entry after the end of the manifest".into(),
+                    ));
+                }
+                if !self.seen_ids.insert(e.id) {
+                    return Err(ReceiverError::Protocol(format!(
+                        "entry id {} repeated",
+                        e.id
+                    )));
+                }
+                paths::components(&e.path)?;
+                match e.kind {
+                    EntryKind::Dir {
+                        mode,
+                        mtime,
+                        mtime_nsec,
+                    } => {
+                        self.dirs.push((e.path.clone(), mtime, mtime_nsec));
+                        self.actions.push_back(Action::MakeDir {
+                            id: e.id,
+                            path: e.path,
+                            mode,
+                        });
+                    }
+                    EntryKind::Symlink => {
+                        if e.target.is_empty() {
+                            return Err(ReceiverError::Protocol(
+                                "symlink with empty target".into(),
+                            ));
+                        }
+                        self.actions.push_back(Action::MakeSymlink {
+                            id: e.id,
+                            path: e.path,
+                            target: e.target,
+                        });
+                    }
+                    EntryKind::File {
+                        size,
+                        mode,
+                        mtime,
+                        mtime_nsec,
+                    } => {
+                        let n = block_count(size, self.block_size);
+                        if n > u32::MAX as u64 {
+                            return Err(ReceiverError::Protocol(format!(
+                                "file of {size} bytes has too many blocks"
+                            )));
+                        }
+                        self.actions.push_back(Action::OpenFile {
+                            id: e.id,
+                            path: e.path.clone(),
+                            size,
+                        });
+                        self.files.insert(
+                            e.id,
+                            RecvFile {
+                                path: e.path,
+                                size,
+                                mode,
+                                mtime: (mtime, mtime_nsec),
+                                opened: false,
+                                slots: vec![Slot::Missing; n as usize],
+                                hashes: vec![[0; 32]; n as usize],
+                                stored: 0,
+                                digest: None,
+                                released: false,
+                                placed: false,
+                            },
+                        );
+                    }
+                }
+            }
+            Msg::ManifestEnd { files, bytes } => {
+                let (have_files, have_bytes) = (
+                    self.files.len() as u64,
+                    self.files.values().map(|f| f.size).sum::<u64>(),
+                );
+                if (files, bytes) != (have_files, have_bytes) {
+                    return Err(ReceiverError::Protocol(format!(
+                        "manifest announced {files} files / {bytes} bytes but listed {have_files} / {have_bytes}"
+                    )));
+                }
+                self.manifest = Some((files, bytes));
+                self.bytes_expected = Some(bytes);
+                self.check_finished();
+            }
+            Msg::FileEnd { file, digest } => {
+                let f = self.files.get_mut(&file).ok_or_else(|| {
+                    ReceiverError::Protocol(format!("digest for unknown file {file}"))
+                })?;
+                f.digest = Some(digest);
+                self.check_file(file)?;
+            }
+            Msg::Error { code, message } => return Err(ReceiverError::Remote { code, message }),
+            other => {
+                return Err(ReceiverError::Protocol(format!(
+                    "unexpected message {other:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The driver created the temporary file for `id`.
+    pub fn opened(&mut self, id: u32) -> Result<(), ReceiverError> {
+        if let Some(f) = self.files.get_mut(&id) {
+            f.opened = true;
+        }
+        self.check_file(id)
+    }
+
+    /// Judges a block whose bytes hash to `computed`.
+    pub fn block_arrived(
+        &mut self,
+        h: &BlockHeader,
+        computed: &[u8; 32],
+    ) -> Result<BlockVerdict, ReceiverError> {
+        let bs = self.block_size;
+        let Some(f) = self.files.get_mut(&h.file) else {
+            if self.manifest.is_some() {
+                return Err(ReceiverError::Protocol(format!(
+                    "block for unknown file {}",
+                    h.file
+                )));
+            }
+            return Ok(BlockVerdict::NotReady);
+        };
+        let idx = h.index as usize;
+        if idx >= f.slots.len()
+            || h.offset != h.index as u64 * bs as u64
+            || h.len != block_len(f.size, bs, h.index as u64)
+        {
+            return Err(ReceiverError::Protocol(format!(
+                "block {} of file {} is out of bounds",
+                h.index, h.file
+            )));
+        }
+        if !f.opened {
+            return Ok(BlockVerdict::NotReady);
+        }
+        if f.slots[idx] != Slot::Missing {
+            return Ok(BlockVerdict::Duplicate);
+        }
+        if *computed != h.hash {
+            self.bad_blocks += 1;
+            self.outbox.push_back(Msg::Nack {
+                file: h.file,
+                index: h.index,
+            });
+            return Ok(BlockVerdict::Rejected);
+        }
+        f.slots[idx] = Slot::Writing;
+        f.hashes[idx] = h.hash;
+        Ok(BlockVerdict::Write)
+    }
+
+    /// The driver stored a block it was told to write.
+    pub fn block_written(&mut self, file: u32, index: u32) -> Result<(), ReceiverError> {
+        let f = self
+            .files
+            .get_mut(&file)
+            .ok_or_else(|| ReceiverError::Protocol("write of unknown file".into()))?;
+        let slot = &mut f.slots[index as usize];
+        if *slot == Slot::Writing {
+            *slot = Slot::Stored;
+            f.stored += 1;
+            self.bytes_stored += block_len(f.size, self.block_size, index as u64) as u64;
+            self.acks.push((file, index));
+        }
+        self.check_file(file)
+    }
+
+    fn check_file(&mut self, id: u32) -> Result<(), ReceiverError> {
+        let Some(f) = self.files.get_mut(&id) else {
+            return Ok(());
+        };
+        if f.released || !f.opened || f.stored != f.slots.len() {
+            return Ok(());
+        }
+        let Some(digest) = f.digest else {
+            return Ok(());
+        };
+        if FileDigest::of(f.size, f.hashes.iter()) != digest {
+            return Err(ReceiverError::Integrity {
+                path: String::from_utf8_lossy(&f.path).into_owned(),
+            });
+        }
+        f.released = true;
+        self.actions.push_back(Action::Finalize {
+            id,
+            mode: f.mode,
+            mtime: f.mtime.0,
+            mtime_nsec: f.mtime.1,
+        });
+        Ok(())
+    }
+
+    /// The driver renamed `id` into place.
+    pub fn placed(&mut self, id: u32) {
+        if let Some(f) = self.files.get_mut(&id) {
+            if f.released && !f.placed {
+                f.placed = true;
+                self.files_placed += 1;
+                self.bytes_placed += f.size;
+                self.outbox.push_back(Msg::FileDone { file: id });
+                self.check_finished();
+            }
+        }
+    }
+
+    fn check_finished(&mut self) {
+        if self.finishing || self.manifest.is_none() || self.files_placed != self.files.len() as u64
+        {
+            return;
+        }
+        self.finishing = true;
+        let mut dirs = std::mem::take(&mut self.dirs);
+        dirs.sort_by_key(|(p, _, _)| std::cmp::Reverse(p.iter().filter(|&&b| b == b'/').count()));
+        self.actions.push_back(Action::Finish { dirs });
+    }
+
+    /// The driver applied the directory metadata: the transfer is complete
+    /// and the sender is told so.
+    pub fn complete(&mut self) {
+        if self.finishing && !self.finished {
+            self.finished = true;
+            self.outbox.push_back(Msg::Done(self.summary()));
+        }
+    }
+
+    /// Files announced so far.
+    pub fn files_expected(&self) -> u64 {
+        self.files.len() as u64
+    }
+
+    pub fn summary(&self) -> Summary {
+        Summary {
+            files: self.files_placed,
+            file_bytes: self.bytes_placed,
+            bad_blocks: self.bad_blocks,
+        }
+    }
+
+    pub fn path_of(&self, id: u32) -> Option<&[u8]> {
+        self.files.get(&id).map(|f| f.path.as_slice())
+    }
+}

@@ -1,0 +1,245 @@
+//! Which block goes next, on whichever stream asks (P-13).
+//!
+//! Streams pull work when they are ready instead of being assigned a share,
+//! so a slow stream simply takes fewer blocks: work stealing with one shared
+//! queue. Rejected blocks go to the front. A window caps unacknowledged
+//! bytes so a receiver that stalls does not let the sender run ahead
+//! without bound. When no fresh block is left, a stream that asks gets a copy
+//! of a block that has been in flight far longer than blocks usually take
+//! ("endgame"), so one stalled stream cannot hold the whole transfer's tail.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::{block_count, block_len};
+
+/// One block to read and send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockRef {
+    pub file: u32,
+    pub index: u32,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// What a stream should do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Send(BlockRef),
+    /// Nothing to send until an ack, a nack or the endgame timer.
+    Wait,
+    /// Every block is acknowledged.
+    Done,
+}
+
+struct Flight {
+    block: BlockRef,
+    sent_at: Instant,
+    copies: u8,
+}
+
+pub struct Scheduler {
+    block_size: u32,
+    /// (file id, size) in send order.
+    files: Vec<(u32, u64)>,
+    cursor_file: usize,
+    cursor_block: u64,
+    retry: VecDeque<BlockRef>,
+    in_flight: HashMap<(u32, u32), Flight>,
+    in_flight_bytes: u64,
+    window: u64,
+    /// Smoothed time from handing a block out to its ack.
+    latency: Option<Duration>,
+    /// Copies sent by the endgame rule.
+    pub endgame_copies: u64,
+}
+
+impl Scheduler {
+    /// `files` lists (file id, size) in the order to send; `window` caps the
+    /// bytes handed out and not yet acknowledged.
+    pub fn new(files: Vec<(u32, u64)>, block_size: u32, window: u64) -> Scheduler {
+        Scheduler {
+            block_size,
+            files,
+            cursor_file: 0,
+            cursor_block: 0,
+            retry: VecDeque::new(),
+            in_flight: HashMap::new(),
+            in_flight_bytes: 0,
+            window: window.max(block_size as u64),
+            latency: None,
+            endgame_copies: 0,
+        }
+    }
+
+    fn fresh(&mut self) -> Option<BlockRef> {
+        while let Some(&(file, size)) = self.files.get(self.cursor_file) {
+            if self.cursor_block < block_count(size, self.block_size) {
+                let index = self.cursor_block;
+                self.cursor_block += 1;
+                return Some(BlockRef {
+                    file,
+                    index: index as u32,
+                    offset: index * self.block_size as u64,
+                    len: block_len(size, self.block_size, index),
+                });
+            }
+            self.cursor_file += 1;
+            self.cursor_block = 0;
+        }
+        None
+    }
+
+    fn peek_fresh_len(&self) -> Option<u32> {
+        let mut f = self.cursor_file;
+        let mut b = self.cursor_block;
+        while let Some(&(_, size)) = self.files.get(f) {
+            if b < block_count(size, self.block_size) {
+                return Some(block_len(size, self.block_size, b));
+            }
+            f += 1;
+            b = 0;
+        }
+        None
+    }
+
+    fn launch(&mut self, block: BlockRef, now: Instant) -> Next {
+        self.in_flight_bytes += block.len as u64;
+        self.in_flight.insert(
+            (block.file, block.index),
+            Flight {
+                block,
+                sent_at: now,
+                copies: 1,
+            },
+        );
+        Next::Send(block)
+    }
+
+    /// The next block for a stream that is ready to send.
+    pub fn next(&mut self, now: Instant) -> Next {
+        if let Some(b) = self.retry.pop_front() {
+            return self.launch(b, now);
+        }
+        if let Some(len) = self.peek_fresh_len() {
+            if self.in_flight.is_empty() || self.in_flight_bytes + len as u64 <= self.window {
+                let b = self.fresh().expect("peeked");
+                return self.launch(b, now);
+            }
+            return Next::Wait;
+        }
+        if self.in_flight.is_empty() {
+            return Next::Done;
+        }
+        // Endgame: copy the oldest straggler once.
+        let patience = self.endgame_patience();
+        let straggler = self
+            .in_flight
+            .values_mut()
+            .filter(|f| f.copies == 1 && now.saturating_duration_since(f.sent_at) > patience)
+            .min_by_key(|f| f.sent_at);
+        if let Some(f) = straggler {
+            f.copies += 1;
+            self.endgame_copies += 1;
+            return Next::Send(f.block);
+        }
+        Next::Wait
+    }
+
+    /// How long a block may be in flight before the endgame copies it.
+    pub fn endgame_patience(&self) -> Duration {
+        let base = self.latency.unwrap_or(Duration::from_secs(1));
+        (base * 4).max(Duration::from_millis(200))
+    }
+
+    /// The receiver verified and stored the block; returns its length the
+    /// first time it is acknowledged.
+    pub fn acked(&mut self, file: u32, index: u32, now: Instant) -> Option<u32> {
+        let f = self.in_flight.remove(&(file, index))?;
+        {
+            self.in_flight_bytes -= f.block.len as u64;
+            let sample = now.saturating_duration_since(f.sent_at);
+            self.latency = Some(match self.latency {
+                None => sample,
+                Some(l) => (l * 7 + sample) / 8,
+            });
+        }
+        Some(f.block.len)
+    }
+
+    /// The receiver rejected the block: send it again first.
+    pub fn nacked(&mut self, file: u32, index: u32) -> bool {
+        match self.in_flight.remove(&(file, index)) {
+            Some(f) => {
+                self.in_flight_bytes -= f.block.len as u64;
+                self.retry.push_back(f.block);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.in_flight_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hands_out_every_block_once_then_done() {
+        let now = Instant::now();
+        let mut s = Scheduler::new(vec![(0, 10), (1, 0), (2, 25)], 10, 1000);
+        let mut got = vec![];
+        while let Next::Send(b) = s.next(now) {
+            got.push((b.file, b.index, b.offset, b.len));
+        }
+        assert_eq!(
+            got,
+            vec![(0, 0, 0, 10), (2, 0, 0, 10), (2, 1, 10, 10), (2, 2, 20, 5)]
+        );
+        for (f, i, _, _) in &got {
+            s.acked(*f, *i, now);
+        }
+        assert_eq!(s.next(now), Next::Done);
+    }
+
+    #[test]
+    fn window_limits_unacked_bytes_and_nacks_go_first() {
+        let now = Instant::now();
+        let mut s = Scheduler::new(vec![(0, 100)], 10, 30);
+        for _ in 0..3 {
+            assert!(matches!(s.next(now), Next::Send(_)));
+        }
+        assert_eq!(s.next(now), Next::Wait);
+        assert!(s.nacked(0, 1));
+        assert_eq!(
+            s.next(now),
+            Next::Send(BlockRef {
+                file: 0,
+                index: 1,
+                offset: 10,
+                len: 10
+            })
+        );
+        s.acked(0, 0, now);
+        assert!(matches!(s.next(now), Next::Send(BlockRef { index: 3, .. })));
+    }
+
+    #[test]
+    fn endgame_copies_a_straggler_once() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(vec![(0, 20)], 10, 1000);
+        let Next::Send(a) = s.next(t0) else { panic!() };
+        let Next::Send(_) = s.next(t0) else { panic!() };
+        s.acked(0, 1, t0 + Duration::from_millis(10));
+        assert_eq!(s.next(t0 + Duration::from_millis(20)), Next::Wait);
+        let late = t0 + Duration::from_secs(5);
+        assert_eq!(s.next(late), Next::Send(a));
+        assert_eq!(s.next(late), Next::Wait);
+        s.acked(0, 0, late);
+        assert_eq!(s.next(late), Next::Done);
+    }
+}

@@ -1,0 +1,212 @@
+//! The sending side of a transfer (P-14).
+//!
+//! It announces the manifest, hands blocks to streams through the
+//! [`Scheduler`], collects each block's hash as streams read it, sends a
+//! file's digest once every block of it has been read, and retires the
+//! transfer when the receiver reports every file placed.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use thiserror::Error;
+use wire::{Entry, EntryKind, ErrorCode, Msg, Summary};
+
+use crate::digest::FileDigest;
+use crate::schedule::{Next, Scheduler};
+use crate::{block_count, BlockRef};
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SenderError {
+    #[error("source file {path} changed while it was being sent (block {index} differs on re-read); copy it again once it is stable")]
+    SourceChanged { path: String, index: u32 },
+    #[error("peer broke the protocol: {0}")]
+    Protocol(String),
+    #[error("{message}")]
+    Remote { code: ErrorCode, message: String },
+}
+
+/// One manifest entry as the sender enumerated it.
+pub type SourceEntry = Entry;
+
+struct SendFile {
+    size: u64,
+    path: String,
+    hashes: Vec<Option<[u8; 32]>>,
+    missing: usize,
+    done: bool,
+}
+
+pub struct SenderSession {
+    outbox: VecDeque<Msg>,
+    sched: Scheduler,
+    files: HashMap<u32, SendFile>,
+    files_left: usize,
+    summary: Option<Summary>,
+    /// Blocks sent again because the receiver rejected them.
+    pub retransmitted: u64,
+    /// File bytes the receiver has acknowledged.
+    pub acked_bytes: u64,
+    /// Files the receiver has placed.
+    pub files_done: u64,
+}
+
+impl SenderSession {
+    /// `entries` must have distinct ids; files are sent in the given order.
+    pub fn new(entries: Vec<SourceEntry>, block_size: u32, window: u64) -> SenderSession {
+        let mut outbox = VecDeque::new();
+        let mut files = HashMap::new();
+        let mut order = Vec::new();
+        let (mut nfiles, mut nbytes) = (0u64, 0u64);
+        for e in entries {
+            if let EntryKind::File { size, .. } = e.kind {
+                let n = block_count(size, block_size) as usize;
+                let path = String::from_utf8_lossy(&e.path).into_owned();
+                files.insert(
+                    e.id,
+                    SendFile {
+                        size,
+                        path,
+                        hashes: vec![None; n],
+                        missing: n,
+                        done: false,
+                    },
+                );
+                order.push((e.id, size));
+                nfiles += 1;
+                nbytes += size;
+                let id = e.id;
+                outbox.push_back(Msg::Entry(e));
+                if n == 0 {
+                    outbox.push_back(Msg::FileEnd {
+                        file: id,
+                        digest: FileDigest::of(0, []),
+                    });
+                }
+            } else {
+                outbox.push_back(Msg::Entry(e));
+            }
+        }
+        outbox.push_back(Msg::ManifestEnd {
+            files: nfiles,
+            bytes: nbytes,
+        });
+        let files_left = files.len();
+        SenderSession {
+            outbox,
+            sched: Scheduler::new(order, block_size, window),
+            files,
+            files_left,
+            summary: None,
+            retransmitted: 0,
+            acked_bytes: 0,
+            files_done: 0,
+        }
+    }
+
+    /// Next control message to send, if any.
+    pub fn poll_control(&mut self) -> Option<Msg> {
+        self.outbox.pop_front()
+    }
+
+    /// Next block for a stream that is ready.
+    pub fn next_block(&mut self, now: Instant) -> Next {
+        if self.summary.is_some() {
+            return Next::Done;
+        }
+        match self.sched.next(now) {
+            // Every block acked, but the receiver has yet to place the files.
+            Next::Done => Next::Wait,
+            n => n,
+        }
+    }
+
+    /// A stream read `block` and computed `hash` over its bytes.
+    pub fn block_read(&mut self, block: &BlockRef, hash: [u8; 32]) -> Result<(), SenderError> {
+        let f = self
+            .files
+            .get_mut(&block.file)
+            .ok_or_else(|| SenderError::Protocol("block of unknown file".into()))?;
+        let slot = &mut f.hashes[block.index as usize];
+        match slot {
+            Some(h) if *h != hash => {
+                return Err(SenderError::SourceChanged {
+                    path: f.path.clone(),
+                    index: block.index,
+                });
+            }
+            Some(_) => {}
+            None => {
+                *slot = Some(hash);
+                f.missing -= 1;
+                if f.missing == 0 {
+                    let digest = FileDigest::of(
+                        f.size,
+                        f.hashes.iter().map(|h| h.as_ref().expect("all present")),
+                    );
+                    self.outbox.push_back(Msg::FileEnd {
+                        file: block.file,
+                        digest,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A control message from the receiver.
+    pub fn handle(&mut self, msg: Msg, now: Instant) -> Result<(), SenderError> {
+        match msg {
+            Msg::Acks(list) => {
+                for (file, index) in list {
+                    if let Some(len) = self.sched.acked(file, index, now) {
+                        self.acked_bytes += len as u64;
+                    }
+                }
+            }
+            Msg::Nack { file, index } => {
+                if self.sched.nacked(file, index) {
+                    self.retransmitted += 1;
+                }
+            }
+            Msg::FileDone { file } => {
+                let f = self.files.get_mut(&file).ok_or_else(|| {
+                    SenderError::Protocol(format!("done for unknown file {file}"))
+                })?;
+                if !f.done {
+                    f.done = true;
+                    self.files_left -= 1;
+                    self.files_done += 1;
+                }
+            }
+            Msg::Done(s) => {
+                if self.files_left != 0 {
+                    return Err(SenderError::Protocol(format!(
+                        "receiver finished with {} files unconfirmed",
+                        self.files_left
+                    )));
+                }
+                self.summary = Some(s);
+            }
+            Msg::Error { code, message } => return Err(SenderError::Remote { code, message }),
+            other => {
+                return Err(SenderError::Protocol(format!(
+                    "unexpected message {other:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The receiver's summary once it has placed every file.
+    pub fn finished(&self) -> Option<Summary> {
+        self.summary
+    }
+
+    pub fn endgame_copies(&self) -> u64 {
+        self.sched.endgame_copies
+    }
+
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.sched.in_flight_bytes()
+    }
+}

@@ -1,0 +1,400 @@
+//! The destination side of the file system (P-17).
+//!
+//! A file is written under a temporary name beside its final one
+//! (`.NAME.haul-XXXXXXXX.part`), preallocated so a full disk is found early,
+//! and renamed into place only after the session says it is verified and
+//! after its data is synced: nothing incomplete or unverified ever sits under
+//! a final name. Directory modes and times are applied last, deepest first,
+//! so a read-only directory can still be filled.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use session::paths::{self, Placement};
+
+use crate::confine::Root;
+use crate::error::{StoreError, StoreErrorKind};
+
+/// Where received entries go.
+pub enum Destination {
+    /// Under `base`, placed by the scp rule, never outside `root`.
+    Path {
+        base: PathBuf,
+        placement: Placement,
+        root: Root,
+    },
+    /// Verified, then discarded (`/dev/null`).
+    Null,
+    /// The single file's bytes, in order, to standard output (`-`).
+    Stdout,
+}
+
+impl Destination {
+    /// Decides the destination for `path` as the user (or the client, on a
+    /// server, after confinement) named it. `root` bounds where anything may
+    /// be created; a client uses the destination's own directory.
+    pub fn for_path(
+        path: &Path,
+        trailing_slash: bool,
+        many_sources: bool,
+        root: Root,
+    ) -> Result<Destination, StoreError> {
+        if path == Path::new("/dev/null") {
+            return Ok(Destination::Null);
+        }
+        let is_dir = path.is_dir();
+        let placement = Placement::decide(is_dir, trailing_slash, many_sources).map_err(|why| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("{}: {why}", path.display()),
+            )
+        })?;
+        if placement == Placement::As {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(StoreError::new(
+                    StoreErrorKind::NotFound,
+                    format!("destination directory {} does not exist", parent.display()),
+                ));
+            }
+        }
+        Ok(Destination::Path {
+            base: path.to_path_buf(),
+            placement,
+            root,
+        })
+    }
+}
+
+/// A file being received.
+pub struct OutFile {
+    file: File,
+    temp: PathBuf,
+    final_path: PathBuf,
+}
+
+struct Ordered {
+    next: u64,
+    pending: BTreeMap<u64, Vec<u8>>,
+}
+
+pub struct Sink {
+    dest: Destination,
+    files: Mutex<HashMap<u32, Arc<OutFile>>>,
+    dir_modes: Mutex<HashMap<Vec<u8>, u32>>,
+    stdout: Mutex<Ordered>,
+}
+
+fn temp_name(final_path: &Path) -> PathBuf {
+    let mut r = [0u8; 4];
+    getrandom::fill(&mut r).expect("the OS random source is available");
+    let name = final_path.file_name().unwrap_or(OsStr::new("file"));
+    let mut t = b".".to_vec();
+    t.extend_from_slice(name.as_bytes());
+    t.extend_from_slice(format!(".haul-{:08x}.part", u32::from_le_bytes(r)).as_bytes());
+    final_path.with_file_name(OsStr::from_bytes(&t))
+}
+
+fn to_time(secs: i64, nsec: u32) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsec.min(999_999_999))
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())
+    }
+}
+
+impl Sink {
+    pub fn new(dest: Destination) -> Sink {
+        Sink {
+            dest,
+            files: Mutex::new(HashMap::new()),
+            dir_modes: Mutex::new(HashMap::new()),
+            stdout: Mutex::new(Ordered {
+                next: 0,
+                pending: BTreeMap::new(),
+            }),
+        }
+    }
+
+    pub fn is_stdout(&self) -> bool {
+        matches!(self.dest, Destination::Stdout)
+    }
+
+    /// The final path of a manifest path, checked to stay inside the root.
+    fn place(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
+        let Destination::Path {
+            base,
+            placement,
+            root,
+        } = &self.dest
+        else {
+            return Ok(None);
+        };
+        let parts = paths::components(rel)
+            .map_err(|e| StoreError::new(StoreErrorKind::OutsideRoot, e.to_string()))?;
+        let mut p = base.clone();
+        for c in placement.relative(&parts) {
+            p.push(OsStr::from_bytes(c));
+        }
+        root.check_inside(p.parent().unwrap_or(&p))?;
+        Ok(Some(p))
+    }
+
+    pub fn make_dir(&self, rel: &[u8], mode: u32) -> Result<(), StoreError> {
+        match &self.dest {
+            Destination::Stdout => {
+                return Err(StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    "cannot write a directory to standard output",
+                ))
+            }
+            Destination::Null => return Ok(()),
+            Destination::Path { .. } => {}
+        }
+        let Some(p) = self.place(rel)? else {
+            return Ok(());
+        };
+        match fs::create_dir(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.is_dir() => {}
+            Err(e) => return Err(StoreError::io("create directory", &p, &e)),
+        }
+        self.dir_modes
+            .lock()
+            .expect("dir table")
+            .insert(rel.to_vec(), mode);
+        Ok(())
+    }
+
+    pub fn make_symlink(&self, rel: &[u8], target: &[u8]) -> Result<(), StoreError> {
+        let Some(p) = self.place(rel)? else {
+            return match self.dest {
+                Destination::Stdout => Err(StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    "cannot write a symlink to standard output",
+                )),
+                _ => Ok(()),
+            };
+        };
+        let temp = temp_name(&p);
+        std::os::unix::fs::symlink(OsStr::from_bytes(target), &temp)
+            .map_err(|e| StoreError::io("create link", &temp, &e))?;
+        fs::rename(&temp, &p).map_err(|e| {
+            let _ = fs::remove_file(&temp);
+            StoreError::io("place link", &p, &e)
+        })
+    }
+
+    /// Creates the temporary file for entry `id`.
+    pub fn open_file(&self, id: u32, rel: &[u8], size: u64) -> Result<(), StoreError> {
+        let Some(final_path) = self.place(rel)? else {
+            return Ok(());
+        };
+        if final_path.is_dir() {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "cannot overwrite directory {} with a file",
+                    final_path.display()
+                ),
+            ));
+        }
+        let temp = temp_name(&final_path);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| StoreError::io("create", &temp, &e))?;
+        if size > 0 {
+            // SAFETY: fallocate on a file descriptor we own; no memory is passed.
+            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+                    let _ = fs::remove_file(&temp);
+                    return Err(StoreError::io("reserve space for", &final_path, &e));
+                }
+            }
+        }
+        self.files.lock().expect("file table").insert(
+            id,
+            Arc::new(OutFile {
+                file,
+                temp,
+                final_path,
+            }),
+        );
+        Ok(())
+    }
+
+    /// Writes a verified block at its offset.
+    pub fn write_block(&self, id: u32, offset: u64, data: &[u8]) -> Result<(), StoreError> {
+        match &self.dest {
+            Destination::Null => Ok(()),
+            Destination::Stdout => self.write_ordered(offset, data),
+            Destination::Path { .. } => {
+                let f = self.files.lock().expect("file table").get(&id).cloned();
+                let f = f.ok_or_else(|| {
+                    StoreError::new(
+                        StoreErrorKind::Other,
+                        format!("block for file {id} that is not open"),
+                    )
+                })?;
+                f.file
+                    .write_all_at(data, offset)
+                    .map_err(|e| StoreError::io("write", &f.final_path, &e))
+            }
+        }
+    }
+
+    fn write_ordered(&self, offset: u64, data: &[u8]) -> Result<(), StoreError> {
+        let mut o = self.stdout.lock().expect("stdout order");
+        o.pending.insert(offset, data.to_vec());
+        let mut out = std::io::stdout().lock();
+        loop {
+            let next = o.next;
+            let Some(buf) = o.pending.remove(&next) else {
+                break;
+            };
+            out.write_all(&buf)
+                .map_err(|e| StoreError::io("write", Path::new("standard output"), &e))?;
+            o.next += buf.len() as u64;
+        }
+        out.flush()
+            .map_err(|e| StoreError::io("flush", Path::new("standard output"), &e))
+    }
+
+    /// Syncs, sets mode and times, and renames verified files into place.
+    /// A batch of several files is made durable with one `syncfs` instead of
+    /// one `fsync` each.
+    pub fn finalize(&self, batch: &[(u32, u32, i64, u32)]) -> Result<(), StoreError> {
+        if !matches!(self.dest, Destination::Path { .. }) || batch.is_empty() {
+            return Ok(());
+        }
+        let files: Vec<Arc<OutFile>> = {
+            let table = self.files.lock().expect("file table");
+            batch
+                .iter()
+                .filter_map(|(id, ..)| table.get(id).cloned())
+                .collect()
+        };
+        if files.len() == 1 {
+            files[0]
+                .file
+                .sync_all()
+                .map_err(|e| StoreError::io("sync", &files[0].final_path, &e))?;
+        } else if let Some(first) = files.first() {
+            // SAFETY: syncfs on a descriptor we own.
+            if unsafe { libc::syncfs(first.file.as_raw_fd()) } != 0 {
+                return Err(StoreError::io(
+                    "sync",
+                    &first.final_path,
+                    &std::io::Error::last_os_error(),
+                ));
+            }
+        }
+        for ((id, mode, mtime, nsec), f) in batch.iter().zip(&files) {
+            f.file
+                .set_permissions(fs::Permissions::from_mode(mode & 0o1777))
+                .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
+            f.file
+                .set_times(fs::FileTimes::new().set_modified(to_time(*mtime, *nsec)))
+                .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
+            fs::rename(&f.temp, &f.final_path)
+                .map_err(|e| StoreError::io("rename into place", &f.final_path, &e))?;
+            self.files.lock().expect("file table").remove(id);
+        }
+        Ok(())
+    }
+
+    /// Applies directory modes and times, deepest first.
+    pub fn finish(&self, dirs: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
+        let modes = self.dir_modes.lock().expect("dir table");
+        for (rel, mtime, nsec) in dirs {
+            let Some(p) = self.place(rel)? else { continue };
+            if let Some(mode) = modes.get(rel) {
+                fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o1777))
+                    .map_err(|e| StoreError::io("set mode of", &p, &e))?;
+            }
+            let f = File::open(&p).map_err(|e| StoreError::io("open", &p, &e))?;
+            f.set_times(fs::FileTimes::new().set_modified(to_time(*mtime, *nsec)))
+                .map_err(|e| StoreError::io("set times of", &p, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes every temporary file not yet renamed into place.
+    pub fn abort(&self) {
+        for (_, f) in self.files.lock().expect("file table").drain() {
+            let _ = fs::remove_file(&f.temp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink_at(dir: &Path, base: &str, many: bool) -> Sink {
+        let root = Root::new(dir).unwrap();
+        Sink::new(Destination::for_path(&dir.join(base), false, many, root).unwrap())
+    }
+
+    #[test]
+    fn file_appears_only_after_finalize() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sink_at(d.path(), "out.bin", false);
+        s.open_file(1, b"src.bin", 6).unwrap();
+        s.write_block(1, 3, b"def").unwrap();
+        s.write_block(1, 0, b"abc").unwrap();
+        assert!(!d.path().join("out.bin").exists());
+        s.finalize(&[(1, 0o640, 1_000_000, 5)]).unwrap();
+        let p = d.path().join("out.bin");
+        assert_eq!(fs::read(&p).unwrap(), b"abcdef");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        assert_eq!(
+            fs::metadata(&p).unwrap().modified().unwrap(),
+            to_time(1_000_000, 5)
+        );
+        assert_eq!(
+            fs::read_dir(d.path()).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
+    }
+
+    #[test]
+    fn abort_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sink_at(d.path(), "x", false);
+        s.open_file(1, b"x", 10).unwrap();
+        s.abort();
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn refuses_writing_through_a_symlink_out_of_the_root() {
+        let outer = tempfile::tempdir().unwrap();
+        let root = outer.path().join("root");
+        fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(outer.path(), root.join("escape")).unwrap();
+        let s = sink_at(&root, "", true);
+        let e = s.open_file(1, b"escape/owned", 1).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::OutsideRoot);
+    }
+}

@@ -1,0 +1,28 @@
+//! The bytes haul puts on the network, and nothing else.
+//!
+//! Everything here is pure encoding and decoding, specified in
+//! `docs/PROTOCOL.md` (requirement numbers `P-n` are cited in comments).
+//! Decoders never panic on any input: they return [`DecodeError`], which the
+//! session turns into an error frame and a closed connection.
+
+mod block;
+mod buf;
+mod msg;
+mod preamble;
+
+pub use block::{BlockHeader, BLOCK_HEADER_LEN};
+pub use buf::{DecodeError, Reader, Writer};
+pub use msg::{Entry, EntryKind, ErrorCode, Msg, Op, Request, Summary, MAX_PATH_LEN};
+pub use msg::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY};
+pub use preamble::{ConnKind, Preamble, PreambleReply, MAGIC, PREAMBLE_LEN, PROTOCOL_VERSION};
+
+/// Largest sealed frame body a peer may announce (P-4): a block of at most
+/// [`MAX_BLOCK_SIZE`] plus header and tag. Larger announcements are refused
+/// before any memory is allocated.
+pub const MAX_FRAME_LEN: u32 = MAX_BLOCK_SIZE + 4096;
+
+/// Largest block size the protocol allows (P-9).
+pub const MAX_BLOCK_SIZE: u32 = 16 << 20;
+
+/// Length of the authentication tag that follows every sealed frame body.
+pub const TAG_LEN: usize = 16;

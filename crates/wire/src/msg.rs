@@ -1,0 +1,503 @@
+//! Control messages (P-6): everything except block bytes travels as one of
+//! these, sealed, on the control connection.
+
+use crate::buf::{DecodeError, Reader, Writer};
+
+/// Longest relative path or symlink target carried in an entry.
+pub const MAX_PATH_LEN: usize = 4096;
+const MAX_MESSAGE_TEXT: usize = 4096;
+const MAX_PATHS: usize = 4096;
+
+/// What the client asks of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Client sends; `paths` holds the one destination on the server.
+    Push,
+    /// Server sends; `paths` holds the sources on the server.
+    Pull,
+}
+
+/// Protection of data frames (P-7). Control frames are always encrypted.
+pub const PROTECT_AES256GCM: u8 = 0;
+pub const PROTECT_CHACHA20POLY1305: u8 = 1;
+pub const PROTECT_INTEGRITY_ONLY: u8 = 2;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub op: Op,
+    pub paths: Vec<String>,
+    /// Copy directories recursively.
+    pub recursive: bool,
+    /// Push: the client sends more than one top-level source, so the
+    /// destination must be a directory.
+    pub many_sources: bool,
+    /// Streams the client will open (1..=256).
+    pub streams: u16,
+    pub block_size: u32,
+    /// One of the `PROTECT_*` values.
+    pub protection: u8,
+    /// Sending rate cap in bytes per second; 0 means none.
+    pub rate: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File {
+        size: u64,
+        mode: u32,
+        mtime: i64,
+        mtime_nsec: u32,
+    },
+    Dir {
+        mode: u32,
+        mtime: i64,
+        mtime_nsec: u32,
+    },
+    Symlink,
+}
+
+/// One item of the manifest. Paths are relative, '/'-separated raw bytes
+/// whose first component is the source's own name (P-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: u32,
+    pub path: Vec<u8>,
+    pub kind: EntryKind,
+    /// Symlink target, empty for other kinds.
+    pub target: Vec<u8>,
+}
+
+/// Why a peer ended the session. Numbers match the CLI's exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    Other = 1,
+    BadRequest = 2,
+    /// Never sent: the client could not reach the server.
+    Connect = 3,
+    Auth = 4,
+    Protocol = 5,
+    NotFound = 6,
+    Permission = 7,
+    OutsideRoot = 8,
+    DiskFull = 9,
+    ConnectionLost = 10,
+    Integrity = 11,
+    Busy = 12,
+}
+
+impl ErrorCode {
+    pub fn from_u8(v: u8) -> ErrorCode {
+        match v {
+            2 => ErrorCode::BadRequest,
+            3 => ErrorCode::Connect,
+            4 => ErrorCode::Auth,
+            5 => ErrorCode::Protocol,
+            6 => ErrorCode::NotFound,
+            7 => ErrorCode::Permission,
+            8 => ErrorCode::OutsideRoot,
+            9 => ErrorCode::DiskFull,
+            10 => ErrorCode::ConnectionLost,
+            11 => ErrorCode::Integrity,
+            12 => ErrorCode::Busy,
+            _ => ErrorCode::Other,
+        }
+    }
+}
+
+/// The receiver's side of the final accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Summary {
+    pub files: u64,
+    pub file_bytes: u64,
+    pub bad_blocks: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg {
+    Request(Request),
+    /// Server accepts; data connections join with this session id.
+    Accept {
+        session: [u8; 16],
+        streams: u16,
+    },
+    Entry(Entry),
+    ManifestEnd {
+        files: u64,
+        bytes: u64,
+    },
+    /// Sender has sent every block of `file`; `digest` covers them all (P-12).
+    FileEnd {
+        file: u32,
+        digest: [u8; 32],
+    },
+    /// Receiver verified these blocks.
+    Acks(Vec<(u32, u32)>),
+    /// Receiver rejected a block: send it again.
+    Nack {
+        file: u32,
+        index: u32,
+    },
+    /// Receiver placed the file under its final name.
+    FileDone {
+        file: u32,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    /// Receiver finished every entry.
+    Done(Summary),
+    /// Server authenticated the client (first sealed control frame).
+    Welcome,
+}
+
+impl Msg {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            Msg::Request(r) => {
+                w.u8(1).u8(match r.op {
+                    Op::Push => 0,
+                    Op::Pull => 1,
+                });
+                w.u32(r.paths.len() as u32);
+                for p in &r.paths {
+                    w.var_bytes(p.as_bytes());
+                }
+                w.u8(r.recursive as u8)
+                    .u8(r.many_sources as u8)
+                    .u16(r.streams);
+                w.u32(r.block_size).u8(r.protection).u64(r.rate);
+            }
+            Msg::Accept { session, streams } => {
+                w.u8(2).bytes(session).u16(*streams);
+            }
+            Msg::Entry(e) => {
+                w.u8(3).u32(e.id).var_bytes(&e.path);
+                match e.kind {
+                    EntryKind::File {
+                        size,
+                        mode,
+                        mtime,
+                        mtime_nsec,
+                    } => {
+                        w.u8(0).u64(size).u32(mode).i64(mtime).u32(mtime_nsec);
+                    }
+                    EntryKind::Dir {
+                        mode,
+                        mtime,
+                        mtime_nsec,
+                    } => {
+                        w.u8(1).u32(mode).i64(mtime).u32(mtime_nsec);
+                    }
+                    EntryKind::Symlink => {
+                        w.u8(2);
+                    }
+                }
+                w.var_bytes(&e.target);
+            }
+            Msg::ManifestEnd { files, bytes } => {
+                w.u8(4).u64(*files).u64(*bytes);
+            }
+            Msg::FileEnd { file, digest } => {
+                w.u8(5).u32(*file).bytes(digest);
+            }
+            Msg::Acks(list) => {
+                w.u8(6).u32(list.len() as u32);
+                for (f, i) in list {
+                    w.u32(*f).u32(*i);
+                }
+            }
+            Msg::Nack { file, index } => {
+                w.u8(7).u32(*file).u32(*index);
+            }
+            Msg::FileDone { file } => {
+                w.u8(8).u32(*file);
+            }
+            Msg::Error { code, message } => {
+                w.u8(9)
+                    .u8(*code as u8)
+                    .var_bytes(truncate(message).as_bytes());
+            }
+            Msg::Done(s) => {
+                w.u8(10).u64(s.files).u64(s.file_bytes).u64(s.bad_blocks);
+            }
+            Msg::Welcome => {
+                w.u8(11);
+            }
+        }
+        w.buf
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Msg, DecodeError> {
+        let mut r = Reader::new(b);
+        let msg = match r.u8()? {
+            1 => {
+                let op = match r.u8()? {
+                    0 => Op::Push,
+                    1 => Op::Pull,
+                    tag => return Err(DecodeError::UnknownTag { what: "op", tag }),
+                };
+                let n = r.u32()? as usize;
+                if n > MAX_PATHS {
+                    return Err(DecodeError::TooLong {
+                        what: "path list",
+                        len: n,
+                        max: MAX_PATHS,
+                    });
+                }
+                let mut paths = Vec::with_capacity(n.min(64));
+                for _ in 0..n {
+                    paths.push(r.string("path", MAX_PATH_LEN)?);
+                }
+                let recursive = bool_of(r.u8()?)?;
+                let many_sources = bool_of(r.u8()?)?;
+                let streams = r.u16()?;
+                let block_size = r.u32()?;
+                let protection = r.u8()?;
+                if protection > PROTECT_INTEGRITY_ONLY {
+                    return Err(DecodeError::UnknownTag {
+                        what: "protection",
+                        tag: protection,
+                    });
+                }
+                let rate = r.u64()?;
+                Msg::Request(Request {
+                    op,
+                    paths,
+                    recursive,
+                    many_sources,
+                    streams,
+                    block_size,
+                    protection,
+                    rate,
+                })
+            }
+            2 => Msg::Accept {
+                session: r.array()?,
+                streams: r.u16()?,
+            },
+            3 => {
+                let id = r.u32()?;
+                let path = r.var_bytes("path", MAX_PATH_LEN)?.to_vec();
+                let kind = match r.u8()? {
+                    0 => EntryKind::File {
+                        size: r.u64()?,
+                        mode: r.u32()?,
+                        mtime: r.i64()?,
+                        mtime_nsec: r.u32()?,
+                    },
+                    1 => EntryKind::Dir {
+                        mode: r.u32()?,
+                        mtime: r.i64()?,
+                        mtime_nsec: r.u32()?,
+                    },
+                    2 => EntryKind::Symlink,
+                    tag => {
+                        return Err(DecodeError::UnknownTag {
+                            what: "entry kind",
+                            tag,
+                        })
+                    }
+                };
+                let target = r.var_bytes("symlink target", MAX_PATH_LEN)?.to_vec();
+                Msg::Entry(Entry {
+                    id,
+                    path,
+                    kind,
+                    target,
+                })
+            }
+            4 => Msg::ManifestEnd {
+                files: r.u64()?,
+                bytes: r.u64()?,
+            },
+            5 => Msg::FileEnd {
+                file: r.u32()?,
+                digest: r.array()?,
+            },
+            6 => {
+                let n = r.u32()? as usize;
+                // Each ack is 8 bytes; a count the frame cannot hold is a lie.
+                if n > r.remaining() / 8 {
+                    return Err(DecodeError::Truncated {
+                        needed: n * 8 - r.remaining(),
+                    });
+                }
+                let mut list = Vec::with_capacity(n);
+                for _ in 0..n {
+                    list.push((r.u32()?, r.u32()?));
+                }
+                Msg::Acks(list)
+            }
+            7 => Msg::Nack {
+                file: r.u32()?,
+                index: r.u32()?,
+            },
+            8 => Msg::FileDone { file: r.u32()? },
+            9 => {
+                let code = ErrorCode::from_u8(r.u8()?);
+                let b = r.var_bytes("error message", MAX_MESSAGE_TEXT)?;
+                Msg::Error {
+                    code,
+                    message: String::from_utf8_lossy(b).into_owned(),
+                }
+            }
+            10 => Msg::Done(Summary {
+                files: r.u64()?,
+                file_bytes: r.u64()?,
+                bad_blocks: r.u64()?,
+            }),
+            11 => Msg::Welcome,
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "message",
+                    tag,
+                })
+            }
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+}
+
+fn bool_of(v: u8) -> Result<bool, DecodeError> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeError::Invalid("boolean")),
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    if s.len() <= MAX_MESSAGE_TEXT {
+        return s;
+    }
+    let mut end = MAX_MESSAGE_TEXT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_kind() -> impl Strategy<Value = EntryKind> {
+        prop_oneof![
+            (any::<u64>(), any::<u32>(), any::<i64>(), any::<u32>()).prop_map(
+                |(size, mode, mtime, mtime_nsec)| EntryKind::File {
+                    size,
+                    mode,
+                    mtime,
+                    mtime_nsec
+                }
+            ),
+            (any::<u32>(), any::<i64>(), any::<u32>()).prop_map(|(mode, mtime, mtime_nsec)| {
+                EntryKind::Dir {
+                    mode,
+                    mtime,
+                    mtime_nsec,
+                }
+            }),
+            Just(EntryKind::Symlink),
+        ]
+    }
+
+    fn arb_msg() -> impl Strategy<Value = Msg> {
+        let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
+        prop_oneof![
+            (
+                any::<bool>(),
+                proptest::collection::vec(".{0,20}", 0..4),
+                any::<bool>(),
+                any::<bool>(),
+                any::<u16>(),
+                any::<u32>(),
+                0u8..=2,
+                any::<u64>()
+            )
+                .prop_map(
+                    |(
+                        push,
+                        paths,
+                        recursive,
+                        many_sources,
+                        streams,
+                        block_size,
+                        protection,
+                        rate,
+                    )| {
+                        Msg::Request(Request {
+                            op: if push { Op::Push } else { Op::Pull },
+                            paths,
+                            recursive,
+                            many_sources,
+                            streams,
+                            block_size,
+                            protection,
+                            rate,
+                        })
+                    }
+                ),
+            (any::<[u8; 16]>(), any::<u16>())
+                .prop_map(|(session, streams)| Msg::Accept { session, streams }),
+            (any::<u32>(), bytes(), arb_kind(), bytes()).prop_map(|(id, path, kind, target)| {
+                Msg::Entry(Entry {
+                    id,
+                    path,
+                    kind,
+                    target,
+                })
+            }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(files, bytes)| Msg::ManifestEnd { files, bytes }),
+            (any::<u32>(), any::<[u8; 32]>())
+                .prop_map(|(file, digest)| Msg::FileEnd { file, digest }),
+            proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Acks),
+            (any::<u32>(), any::<u32>()).prop_map(|(file, index)| Msg::Nack { file, index }),
+            any::<u32>().prop_map(|file| Msg::FileDone { file }),
+            (0u8..13, ".{0,40}").prop_map(|(c, message)| Msg::Error {
+                code: ErrorCode::from_u8(c),
+                message
+            }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+                |(files, file_bytes, bad_blocks)| Msg::Done(Summary {
+                    files,
+                    file_bytes,
+                    bad_blocks
+                })
+            ),
+            Just(Msg::Welcome),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip(m in arb_msg()) {
+            prop_assert_eq!(Msg::decode(&m.encode()).unwrap(), m);
+        }
+
+        #[test]
+        fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Msg::decode(&b);
+        }
+
+        #[test]
+        fn mutated_messages_never_panic(m in arb_msg(), at: usize, byte: u8) {
+            let mut b = m.encode();
+            let i = at % b.len();
+            b[i] = byte;
+            let _ = Msg::decode(&b);
+        }
+    }
+
+    #[test]
+    fn huge_ack_count_is_refused_without_allocating() {
+        let mut b = vec![6u8];
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Msg::decode(&b).is_err());
+    }
+}
