@@ -31,6 +31,8 @@ use crate::progress::Progress;
 const POLL: Duration = Duration::from_millis(50);
 /// How long a block may wait for its file's manifest entry.
 const ENTRY_WAIT: Duration = Duration::from_secs(60);
+/// How long a broken data stream waits for the peer's stated reason.
+const REASON_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for the peer to close after the transfer is complete.
 const LINGER: Duration = Duration::from_secs(30);
 
@@ -98,6 +100,17 @@ impl<'a, S> Shared<'a, S> {
             let _ = s.shutdown(Shutdown::Both);
         }
         self.cv.notify_all();
+    }
+
+    /// For a broken data connection: the peer usually said why on the
+    /// control connection just before closing, so give the control reader
+    /// a moment to deliver that reason before settling for "connection lost".
+    fn fail_transport(&self, e: TransferError) {
+        let deadline = Instant::now() + REASON_WAIT;
+        while Instant::now() < deadline && !self.stopped() && !self.is_done() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.fail(e, false);
     }
 
     fn finish(&self) {
@@ -301,7 +314,7 @@ fn send_blocks(
             }
         }
         if let Err(e) = w.send_in_place(&mut buf) {
-            sh.fail(TransferError::lost("sending data", &e), false);
+            sh.fail_transport(TransferError::lost("sending data", &e));
             break;
         }
     }
@@ -492,7 +505,7 @@ impl Receiving<'_, '_> {
                 }
                 Err(e) => {
                     if !self.sh.is_done() {
-                        self.sh.fail(e.into_transfer("receiving data"), false);
+                        self.sh.fail_transport(e.into_transfer("receiving data"));
                     }
                     return;
                 }

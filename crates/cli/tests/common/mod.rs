@@ -1,0 +1,306 @@
+//! Test harness: a real `haul serve` on loopback with throwaway keys, and a
+//! client environment pointing at it. Everything lives in a temp dir and the
+//! server (started by us, stopped by PID) dies with the harness.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const HAUL: &str = env!("CARGO_BIN_EXE_haul");
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    /// Client's HAUL_HOME.
+    pub home: PathBuf,
+    /// Server's HAUL_HOME (its key and authorized_keys).
+    pub server_home: PathBuf,
+    /// Served root.
+    pub root: PathBuf,
+    /// Client's local files.
+    pub local: PathBuf,
+}
+
+impl Env {
+    /// Directories and a client key authorized on the server.
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = dir.path().join("home");
+        let server_home = dir.path().join("server_home");
+        let root = dir.path().join("root");
+        let local = dir.path().join("local");
+        for d in [&home, &server_home, &root, &local] {
+            fs::create_dir_all(d).unwrap();
+        }
+        let out = Command::new(HAUL)
+            .args(["keygen", "-f"])
+            .arg(home.join("id_x25519"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "keygen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        fs::write(server_home.join("authorized_keys"), &out.stdout).unwrap();
+        Env {
+            dir,
+            home,
+            server_home,
+            root,
+            local,
+        }
+    }
+
+    pub fn serve(&self) -> Server {
+        self.serve_with(&[])
+    }
+
+    /// Starts `haul serve` on an ephemeral loopback port and waits until it
+    /// listens (bounded).
+    pub fn serve_with(&self, extra: &[&str]) -> Server {
+        let mut child = Command::new(HAUL)
+            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(&self.root)
+            .args(extra)
+            .env("HAUL_HOME", &self.server_home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start haul serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let addr = rest.split(',').next().unwrap_or("");
+                    if let Some(port) = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok())
+                    {
+                        let _ = tx.send(port);
+                    }
+                }
+                log2.lock().unwrap().push_str(&line);
+                log2.lock().unwrap().push('\n');
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!(
+                    "haul serve did not start listening: {}",
+                    log.lock().unwrap()
+                );
+            });
+        Server { child, port, log }
+    }
+
+    /// Runs `haul cp ARGS` as the client.
+    pub fn cp(&self, args: &[&str]) -> Output {
+        self.cp_cmd(args).output().expect("run haul cp")
+    }
+
+    pub fn cp_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(HAUL);
+        c.arg("cp")
+            .args(args)
+            .env("HAUL_HOME", &self.home)
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn remote(&self, server: &Server, path: &str) -> String {
+        format!("127.0.0.1:{}:{path}", server.port)
+    }
+}
+
+/// Asserts success and returns stderr, printing both streams on failure.
+pub fn ok(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "haul failed ({:?}):\nstderr: {err}\nstdout: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    err
+}
+
+/// Asserts exit code `code` and returns stderr.
+pub fn fails(out: &Output, code: i32) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit {code}; stderr: {err}"
+    );
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("haul:")).collect();
+    assert!(!lines.is_empty(), "no error line: {err}");
+    err
+}
+
+/// Deterministic pseudo-random bytes (fast, unlike /dev/urandom at scale).
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+pub fn write_file(path: &Path, data: &[u8]) {
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(data).unwrap();
+}
+
+/// Files under `dir` whose names mark them as haul temporaries.
+pub fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push(p);
+            } else if p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".part"))
+            {
+                found.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// Asserts two trees are equal: names, kinds, contents, permission bits,
+/// modification times (to the second) and symlink targets.
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let ma = fs::symlink_metadata(a).unwrap_or_else(|e| panic!("{}: {e}", a.display()));
+    let mb = fs::symlink_metadata(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()));
+    assert_eq!(
+        ma.file_type().is_dir(),
+        mb.file_type().is_dir(),
+        "{}",
+        b.display()
+    );
+    assert_eq!(
+        ma.file_type().is_symlink(),
+        mb.file_type().is_symlink(),
+        "{}",
+        b.display()
+    );
+    if ma.file_type().is_symlink() {
+        assert_eq!(
+            fs::read_link(a).unwrap(),
+            fs::read_link(b).unwrap(),
+            "{}",
+            b.display()
+        );
+        return;
+    }
+    assert_eq!(
+        ma.permissions().mode() & 0o7777,
+        mb.permissions().mode() & 0o7777,
+        "mode of {}",
+        b.display()
+    );
+    assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", b.display());
+    if ma.is_dir() {
+        let names = |p: &Path| {
+            let mut v: Vec<_> = fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            v.sort();
+            v
+        };
+        let (na, nb) = (names(a), names(b));
+        assert_eq!(na, nb, "entries of {}", b.display());
+        for n in na {
+            assert_same_tree(&a.join(&n), &b.join(&n));
+        }
+    } else {
+        assert!(
+            fs::read(a).unwrap() == fs::read(b).unwrap(),
+            "content of {}",
+            b.display()
+        );
+    }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY-free: read the effective uid from /proc.
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Skips (returns true, with a printed reason) when not root, except under
+/// CI where it fails: CI runs as root and must run every test.
+pub fn need_root(what: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{what} needs root, and CI must run it");
+    }
+    eprintln!("SKIPPED: {what} needs root (run the suite as root to include it)");
+    true
+}
+
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}

@@ -1,0 +1,197 @@
+//! End-to-end transfers through the `haul` binary on loopback: byte-exact
+//! results for a large file, an empty file, a tree of 2,000 small files with
+//! empty directories, symlinks and unusual names, both directions.
+
+mod common;
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::*;
+
+#[test]
+fn large_file_push_and_pull_byte_exact() {
+    let env = Env::new();
+    let server = env.serve();
+    let data = random_bytes(256 << 20, 42);
+    let src = env.local.join("big.bin");
+    write_file(&src, &data);
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o640)).unwrap();
+
+    let out = env.cp(&[
+        "--json",
+        src.to_str().unwrap(),
+        &env.remote(&server, "/big.bin"),
+    ]);
+    ok(&out);
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["file_bytes"], 256u64 << 20);
+    assert!(json["goodput_bps"].as_f64().unwrap() > 0.0);
+    assert!(json["wire_bytes"].as_u64().unwrap() >= 256 << 20);
+    assert!(
+        fs::read(env.root.join("big.bin")).unwrap() == data,
+        "pushed copy differs"
+    );
+    assert_same_tree(&src, &env.root.join("big.bin"));
+
+    let back = env.local.join("back.bin");
+    ok(&env.cp(&[
+        "--streams",
+        "3",
+        &env.remote(&server, "big.bin"),
+        back.to_str().unwrap(),
+    ]));
+    assert!(fs::read(&back).unwrap() == data, "pulled copy differs");
+    assert!(temporaries(env.dir.path()).is_empty());
+}
+
+#[test]
+fn empty_file_and_into_directory() {
+    let env = Env::new();
+    let server = env.serve();
+    let src = env.local.join("empty");
+    write_file(&src, b"");
+    fs::create_dir(env.root.join("in")).unwrap();
+    ok(&env.cp(&[src.to_str().unwrap(), &env.remote(&server, "/in/")]));
+    assert_eq!(fs::metadata(env.root.join("in/empty")).unwrap().len(), 0);
+    let dst = env.local.join("pulled");
+    fs::create_dir(&dst).unwrap();
+    ok(&env.cp(&[&env.remote(&server, "in/empty"), dst.to_str().unwrap()]));
+    assert_eq!(fs::metadata(dst.join("empty")).unwrap().len(), 0);
+}
+
+fn build_tree(top: &Path) -> usize {
+    fs::create_dir_all(top.join("empty dir/nested empty")).unwrap();
+    fs::create_dir_all(top.join("ünï/日本")).unwrap();
+    let mut files = 0;
+    for i in 0..2000 {
+        let dir = top.join(format!("d{:02}", i % 40));
+        fs::create_dir_all(&dir).unwrap();
+        let size = (i * 37) % 5000;
+        write_file(
+            &dir.join(format!("f{i}.txt")),
+            &random_bytes(size, i as u64 + 1),
+        );
+        files += 1;
+    }
+    write_file(&top.join("with space.txt"), b"space");
+    write_file(&top.join("ünï/日本/ファイル"), "utf-8 name".as_bytes());
+    write_file(
+        &top.join(std::ffi::OsStr::from_bytes(b"new\nline")),
+        b"newline in name",
+    );
+    write_file(&top.join("exec.sh"), b"#!/bin/sh\n");
+    fs::set_permissions(top.join("exec.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    write_file(&top.join("d00/readonly"), b"ro");
+    fs::set_permissions(top.join("d00/readonly"), fs::Permissions::from_mode(0o444)).unwrap();
+    std::os::unix::fs::symlink("d01/f1.txt", top.join("link to file")).unwrap();
+    std::os::unix::fs::symlink("nowhere/dangling", top.join("dangling")).unwrap();
+    std::os::unix::fs::symlink("../d02", top.join("d03/link to dir")).unwrap();
+    fs::set_permissions(top.join("d05"), fs::Permissions::from_mode(0o750)).unwrap();
+    files + 5
+}
+
+#[test]
+fn tree_of_small_files_both_ways() {
+    let env = Env::new();
+    let server = env.serve();
+    let top = env.local.join("tree");
+    let nfiles = build_tree(&top);
+
+    let out = env.cp(&[
+        "-r",
+        "--json",
+        top.to_str().unwrap(),
+        &env.remote(&server, "/"),
+    ]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["files"], nfiles as u64);
+    assert_same_tree(&top, &env.root.join("tree"));
+
+    // Pull it back under another name (destination does not exist: renamed).
+    let back = env.local.join("tree back");
+    ok(&env.cp(&["-r", &env.remote(&server, "tree"), back.to_str().unwrap()]));
+    assert_same_tree(&top, &back);
+    assert!(temporaries(env.dir.path()).is_empty());
+}
+
+#[test]
+fn several_sources_into_a_directory_and_directory_needs_r() {
+    let env = Env::new();
+    let server = env.serve();
+    let (a, b) = (env.local.join("a"), env.local.join("b"));
+    write_file(&a, b"aaa");
+    write_file(&b, b"bbb");
+    fs::create_dir(env.root.join("dst")).unwrap();
+    ok(&env.cp(&[
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        &env.remote(&server, "dst"),
+    ]));
+    assert_eq!(fs::read(env.root.join("dst/a")).unwrap(), b"aaa");
+    assert_eq!(fs::read(env.root.join("dst/b")).unwrap(), b"bbb");
+
+    let err = fails(
+        &env.cp(&[env.local.to_str().unwrap(), &env.remote(&server, "x")]),
+        2,
+    );
+    assert!(err.contains("-r"), "{err}");
+    let err = fails(
+        &env.cp(&[
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            &env.remote(&server, "nodir"),
+        ]),
+        2,
+    );
+    assert!(err.contains("directory"), "{err}");
+}
+
+#[test]
+fn pull_to_dev_null_and_stdout() {
+    let env = Env::new();
+    let server = env.serve();
+    let data = random_bytes(9 << 20, 5);
+    write_file(&env.root.join("blob"), &data);
+    let out = env.cp(&["--json", &env.remote(&server, "blob"), "/dev/null"]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["file_bytes"], 9u64 << 20);
+
+    let out = env.cp(&[
+        "--block-size",
+        "64K",
+        "--streams",
+        "4",
+        &env.remote(&server, "blob"),
+        "-",
+    ]);
+    ok(&out);
+    assert!(out.stdout == data, "stdout bytes differ");
+}
+
+#[test]
+fn rate_cap_holds() {
+    let env = Env::new();
+    let server = env.serve();
+    write_file(&env.root.join("blob"), &random_bytes(6 << 20, 9));
+    // 24 Mbit/s = 3 MB/s: 6 MiB must take about two seconds.
+    let out = env.cp(&[
+        "--json",
+        "--rate",
+        "24M",
+        "--block-size",
+        "256K",
+        &env.remote(&server, "blob"),
+        "/dev/null",
+    ]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let secs = json["duration_s"].as_f64().unwrap();
+    assert!(secs > 1.6 && secs < 4.0, "6 MiB at 24 Mbit/s took {secs} s");
+}
