@@ -141,6 +141,15 @@ pub fn run(a: CpArgs) -> i32 {
 
 fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     let plan = plan(&a.paths)?;
+    if let Some(cc) = &a.cc {
+        let offered = driver::net::available_cc();
+        if !offered.iter().any(|c| c == cc) {
+            return Err(usage(format!(
+                "congestion control {cc:?} is not available here; this kernel offers: {}",
+                offered.join(" ")
+            )));
+        }
+    }
     let identity_path = a.identity.clone().unwrap_or_else(home::identity);
     let identity = load_identity(&identity_path, a.identity.is_some())?;
     let (host, port) = match &plan {

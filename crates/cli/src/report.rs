@@ -124,6 +124,11 @@ pub fn bits_per_sec(bps: f64) -> String {
     }
 }
 
+/// The most the streams' windows allow at this RTT, in bits per second.
+pub fn window_limit(r: &Report) -> f64 {
+    r.streams as f64 * r.stream_window as f64 * 8.0 / r.rtt.as_secs_f64().max(1e-6)
+}
+
 /// The human summary, in the spirit of Tsunami's end-of-transfer report.
 pub fn text(r: &Report) -> String {
     let secs = r.duration.as_secs_f64().max(1e-9);
@@ -133,6 +138,18 @@ pub fn text(r: &Report) -> String {
         r.wire_bytes as f64 * 100.0 / s.file_bytes as f64
     } else {
         0.0
+    };
+    let limit = window_limit(r);
+    let note = if s.file_bytes >= 64 << 20 && goodput * 1.5 > limit {
+        format!(
+            "\n  note: the OS caps each stream's TCP window near {}, so {} streams reach at most {} at this RTT; \
+             use more --streams, or raise net.core.wmem_max/rmem_max and tcp_wmem/tcp_rmem (or run as root)",
+            bytes(r.stream_window),
+            r.streams,
+            bits_per_sec(limit)
+        )
+    } else {
+        String::new()
     };
     format!(
         "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
@@ -148,5 +165,5 @@ pub fn text(r: &Report) -> String {
         r.protection.name(),
         r.rtt.as_secs_f64() * 1e3,
         r.retransmitted.max(s.bad_blocks),
-    )
+    ) + &note
 }

@@ -63,9 +63,20 @@ impl FrameWriter {
     /// Sends `buf[LEN_PREFIX..]` as one frame; `buf[..LEN_PREFIX]` is
     /// overwritten with the length and the tag is appended.
     pub fn send_in_place(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let covered = buf.len() - LEN_PREFIX;
+        self.send_covering(buf, covered)
+    }
+
+    /// Sends a block frame: under `--no-encrypt` only its header is
+    /// authenticated, and the header's hash vouches for the data (P-7).
+    pub fn send_block_in_place(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        self.send_covering(buf, wire::BLOCK_HEADER_LEN)
+    }
+
+    fn send_covering(&mut self, buf: &mut Vec<u8>, covered: usize) -> io::Result<()> {
         let body_len = buf.len() - LEN_PREFIX;
         buf[..LEN_PREFIX].copy_from_slice(&(body_len as u32).to_le_bytes());
-        let tag = self.sealer.seal(&mut buf[LEN_PREFIX..]);
+        let tag = self.sealer.seal_prefix(&mut buf[LEN_PREFIX..], covered);
         buf.extend_from_slice(&tag);
         self.stream.write_all(buf)?;
         Progress::add(&self.progress.wire_tx, buf.len() as u64);
@@ -110,6 +121,17 @@ impl FrameReader {
     /// Reads and opens the next frame. `Ok(None)` is a clean end of stream
     /// at a frame boundary.
     pub fn read_body(&mut self) -> Result<Option<&mut [u8]>, FrameError> {
+        self.read_covering(usize::MAX)
+    }
+
+    /// Reads a block frame sent with [`FrameWriter::send_block_in_place`].
+    /// Under `--no-encrypt` the data is authenticated only through the
+    /// header's hash: the caller must check it before using the data.
+    pub fn read_block_body(&mut self) -> Result<Option<&mut [u8]>, FrameError> {
+        self.read_covering(wire::BLOCK_HEADER_LEN)
+    }
+
+    fn read_covering(&mut self, covered: usize) -> Result<Option<&mut [u8]>, FrameError> {
         let mut len = [0u8; LEN_PREFIX];
         match read_full(&mut self.stream, &mut len) {
             Ok(0) => return Ok(None),
@@ -129,7 +151,9 @@ impl FrameReader {
         Progress::add(&self.progress.wire_rx, (LEN_PREFIX + total) as u64);
         let (body, tag) = self.buf.split_at_mut(n as usize);
         let tag: &[u8; TAG_LEN] = (&*tag).try_into().expect("tag slice has TAG_LEN bytes");
-        self.opener.open(body, tag).map_err(FrameError::Open)?;
+        self.opener
+            .open_prefix(body, covered, tag)
+            .map_err(FrameError::Open)?;
         Ok(Some(&mut self.buf[..n as usize]))
     }
 

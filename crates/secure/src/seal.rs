@@ -5,6 +5,11 @@
 //! - AES-256-GCM or ChaCha20-Poly1305 (ring): body encrypted, tag appended.
 //! - Integrity only (`--no-encrypt`): the body stays clear and AES-256-GCM
 //!   authenticates it as associated data (GMAC), still keyed per session.
+//!   Callers may cover only a prefix of the body ([`Sealer::seal_prefix`])
+//!   when that prefix commits to the rest: a block frame's header carries
+//!   the BLAKE3 hash of its data, which the receiver must check anyway, so
+//!   authenticating the header protects the data without a second pass
+//!   over it (P-7).
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use thiserror::Error;
@@ -109,6 +114,13 @@ impl Sealer {
     /// Protects `body` in place (encrypting unless integrity-only) and returns
     /// the tag to send after it.
     pub fn seal(&mut self, body: &mut [u8]) -> [u8; TAG_LEN] {
+        let n = body.len();
+        self.seal_prefix(body, n)
+    }
+
+    /// Like [`Sealer::seal`], but integrity-only mode authenticates only the
+    /// first `covered` bytes, which must commit to the rest (P-7).
+    pub fn seal_prefix(&mut self, body: &mut [u8], covered: usize) -> [u8; TAG_LEN] {
         // 2^64 frames per stream direction cannot be sent in practice.
         let nonce = self.0.next_nonce().expect("frame counter below 2^64");
         let tag = if self.0.protection.encrypts() {
@@ -116,9 +128,11 @@ impl Sealer {
                 .key
                 .seal_in_place_separate_tag(nonce, Aad::empty(), body)
         } else {
-            self.0
-                .key
-                .seal_in_place_separate_tag(nonce, Aad::from(&*body), &mut [])
+            self.0.key.seal_in_place_separate_tag(
+                nonce,
+                Aad::from(&body[..covered.min(body.len())]),
+                &mut [],
+            )
         }
         .expect("sealing cannot fail for in-range lengths");
         let mut out = [0u8; TAG_LEN];
@@ -137,6 +151,19 @@ impl Opener {
 
     /// Checks and (if encrypted) decrypts `body` in place.
     pub fn open(&mut self, body: &mut [u8], tag: &[u8; TAG_LEN]) -> Result<(), OpenError> {
+        let n = body.len();
+        self.open_prefix(body, n, tag)
+    }
+
+    /// Opens a frame sealed with [`Sealer::seal_prefix`]. In integrity-only
+    /// mode the bytes past `covered` are NOT authenticated here: the caller
+    /// must check them against what the covered prefix commits to.
+    pub fn open_prefix(
+        &mut self,
+        body: &mut [u8],
+        covered: usize,
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), OpenError> {
         let nonce = self.0.next_nonce()?;
         let tag = aead::Tag::from(*tag);
         let res = if self.0.protection.encrypts() {
@@ -147,7 +174,13 @@ impl Opener {
         } else {
             self.0
                 .key
-                .open_in_place_separate_tag(nonce, Aad::from(&*body), tag, &mut [], 0..)
+                .open_in_place_separate_tag(
+                    nonce,
+                    Aad::from(&body[..covered.min(body.len())]),
+                    tag,
+                    &mut [],
+                    0..,
+                )
                 .map(|_| ())
         };
         res.map_err(|_| OpenError::Forged)
@@ -183,6 +216,28 @@ mod tests {
             assert_eq!(a, b"first frame");
             o.open(&mut b, &tb).unwrap();
             assert_eq!(b, b"second");
+        }
+    }
+
+    #[test]
+    fn prefix_cover_in_integrity_mode_only() {
+        let key = [4u8; 32];
+        for p in ALL {
+            let mut frame = b"HEADER+data".to_vec();
+            let tag = Sealer::new(p, &key).seal_prefix(&mut frame, 6);
+            let last = frame.len() - 1;
+            frame[last] ^= 1;
+            let res = Opener::new(p, &key).open_prefix(&mut frame, 6, &tag);
+            // Encrypting modes cover everything; integrity-only leaves the
+            // tail to the caller's hash check.
+            assert_eq!(res.is_ok(), !p.encrypts(), "{p:?}");
+            let mut frame = b"HEADER+data".to_vec();
+            let tag = Sealer::new(p, &key).seal_prefix(&mut frame, 6);
+            frame[0] ^= 1;
+            assert_eq!(
+                Opener::new(p, &key).open_prefix(&mut frame, 6, &tag),
+                Err(OpenError::Forged)
+            );
         }
     }
 
