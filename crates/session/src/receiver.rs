@@ -140,15 +140,13 @@ impl ReceiverSession {
         self.actions.pop_front()
     }
 
-    /// Next control message to send; pending acks go out as one batch.
+    /// Next control message to send. Pending acks go out first, as one
+    /// batch, so they always precede the `FileDone` and `Done` they imply.
     pub fn poll_control(&mut self) -> Option<Msg> {
-        if let Some(m) = self.outbox.pop_front() {
-            return Some(m);
-        }
         if !self.acks.is_empty() {
             return Some(Msg::Acks(std::mem::take(&mut self.acks)));
         }
-        None
+        self.outbox.pop_front()
     }
 
     pub fn has_control(&self) -> bool {
@@ -305,6 +303,11 @@ impl ReceiverSession {
             return Ok(BlockVerdict::NotReady);
         }
         if f.slots[idx] != Slot::Missing {
+            // Ack a stored block again so a sender that re-sent it (after a
+            // nack raced an endgame copy) can retire it.
+            if f.slots[idx] == Slot::Stored {
+                self.acks.push((h.file, h.index));
+            }
             return Ok(BlockVerdict::Duplicate);
         }
         if *computed != h.hash {
@@ -409,5 +412,122 @@ impl ReceiverSession {
 
     pub fn path_of(&self, id: u32) -> Option<&[u8]> {
         self.files.get(&id).map(|f| f.path.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::{block_hash, FileDigest};
+    use wire::Entry;
+
+    fn file(id: u32, path: &str, size: u64) -> Msg {
+        Msg::Entry(Entry {
+            id,
+            path: path.into(),
+            kind: EntryKind::File {
+                size,
+                mode: 0o600,
+                mtime: 0,
+                mtime_nsec: 0,
+            },
+            target: vec![],
+        })
+    }
+
+    fn opened(rx: &mut ReceiverSession) {
+        while let Some(a) = rx.poll_action() {
+            if let Action::OpenFile { id, .. } = a {
+                rx.opened(id).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_escaping_paths_and_repeated_ids() {
+        let mut rx = ReceiverSession::new(16);
+        assert!(matches!(
+            rx.handle(file(1, "../x", 1)),
+            Err(ReceiverError::Path(_))
+        ));
+        rx.handle(file(2, "a", 1)).unwrap();
+        assert!(matches!(
+            rx.handle(file(2, "b", 1)),
+            Err(ReceiverError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn checks_bounds_hashes_and_digest() {
+        let mut rx = ReceiverSession::new(4);
+        rx.handle(file(1, "f", 6)).unwrap();
+        opened(&mut rx);
+        let data = b"abcdef";
+        let h0 = block_hash(&data[..4]);
+        let h1 = block_hash(&data[4..]);
+        let hdr = |index: u32, offset: u64, len: u32, hash| BlockHeader {
+            file: 1,
+            index,
+            offset,
+            len,
+            hash,
+        };
+        // Out of bounds: wrong length, wrong offset, beyond the file.
+        assert!(rx.block_arrived(&hdr(0, 0, 3, h0), &h0).is_err());
+        assert!(rx.block_arrived(&hdr(1, 3, 2, h1), &h1).is_err());
+        assert!(rx.block_arrived(&hdr(2, 8, 0, h1), &h1).is_err());
+        // Bad hash: rejected and nacked.
+        assert_eq!(
+            rx.block_arrived(&hdr(0, 0, 4, h0), &h1).unwrap(),
+            BlockVerdict::Rejected
+        );
+        assert_eq!(rx.poll_control(), Some(Msg::Nack { file: 1, index: 0 }));
+        for (i, h) in [(0, h0), (1, h1)] {
+            let len = if i == 0 { 4 } else { 2 };
+            assert_eq!(
+                rx.block_arrived(&hdr(i, i as u64 * 4, len, h), &h).unwrap(),
+                BlockVerdict::Write
+            );
+            rx.block_written(1, i).unwrap();
+        }
+        // A digest that does not match the verified blocks fails the file.
+        assert!(matches!(
+            rx.handle(Msg::FileEnd {
+                file: 1,
+                digest: [0; 32]
+            }),
+            Err(ReceiverError::Integrity { .. })
+        ));
+        let mut rx2 = ReceiverSession::new(4);
+        rx2.handle(file(1, "f", 6)).unwrap();
+        opened(&mut rx2);
+        for (i, h) in [(0, h0), (1, h1)] {
+            let len = if i == 0 { 4 } else { 2 };
+            rx2.block_arrived(&hdr(i, i as u64 * 4, len, h), &h)
+                .unwrap();
+            rx2.block_written(1, i).unwrap();
+        }
+        rx2.handle(Msg::FileEnd {
+            file: 1,
+            digest: FileDigest::of(6, [&h0, &h1]),
+        })
+        .unwrap();
+        assert!(matches!(
+            rx2.poll_action(),
+            Some(Action::Finalize { id: 1, .. })
+        ));
+        rx2.placed(1);
+        rx2.handle(Msg::ManifestEnd { files: 1, bytes: 6 }).unwrap();
+        assert!(matches!(rx2.poll_action(), Some(Action::Finish { .. })));
+        assert!(!rx2.is_finished(), "Done waits for directory metadata");
+        rx2.complete();
+        assert!(rx2.is_finished());
+    }
+
+    #[test]
+    fn manifest_totals_must_match() {
+        let mut rx = ReceiverSession::new(4);
+        rx.handle(file(1, "f", 6)).unwrap();
+        assert!(rx.handle(Msg::ManifestEnd { files: 1, bytes: 7 }).is_err());
     }
 }

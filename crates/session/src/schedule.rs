@@ -152,19 +152,17 @@ impl Scheduler {
         (base * 4).max(Duration::from_millis(200))
     }
 
-    /// The receiver verified and stored the block; returns its length the
-    /// first time it is acknowledged.
-    pub fn acked(&mut self, file: u32, index: u32, now: Instant) -> Option<u32> {
-        let f = self.in_flight.remove(&(file, index))?;
-        {
-            self.in_flight_bytes -= f.block.len as u64;
-            let sample = now.saturating_duration_since(f.sent_at);
-            self.latency = Some(match self.latency {
-                None => sample,
-                Some(l) => (l * 7 + sample) / 8,
-            });
-        }
-        Some(f.block.len)
+    /// The receiver verified and stored the block.
+    pub fn acked(&mut self, file: u32, index: u32, now: Instant) {
+        let Some(f) = self.in_flight.remove(&(file, index)) else {
+            return;
+        };
+        self.in_flight_bytes -= f.block.len as u64;
+        let sample = now.saturating_duration_since(f.sent_at);
+        self.latency = Some(match self.latency {
+            None => sample,
+            Some(l) => (l * 7 + sample) / 8,
+        });
     }
 
     /// The receiver rejected the block: send it again first.

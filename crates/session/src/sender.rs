@@ -33,11 +33,13 @@ struct SendFile {
     path: String,
     hashes: Vec<Option<[u8; 32]>>,
     missing: usize,
+    acked: Vec<bool>,
     done: bool,
 }
 
 pub struct SenderSession {
     outbox: VecDeque<Msg>,
+    block_size: u32,
     sched: Scheduler,
     files: HashMap<u32, SendFile>,
     files_left: usize,
@@ -68,6 +70,7 @@ impl SenderSession {
                         path,
                         hashes: vec![None; n],
                         missing: n,
+                        acked: vec![false; n],
                         done: false,
                     },
                 );
@@ -93,6 +96,7 @@ impl SenderSession {
         let files_left = files.len();
         SenderSession {
             outbox,
+            block_size,
             sched: Scheduler::new(order, block_size, window),
             files,
             files_left,
@@ -158,8 +162,17 @@ impl SenderSession {
         match msg {
             Msg::Acks(list) => {
                 for (file, index) in list {
-                    if let Some(len) = self.sched.acked(file, index, now) {
-                        self.acked_bytes += len as u64;
+                    self.sched.acked(file, index, now);
+                    let f = self.files.get_mut(&file).ok_or_else(|| {
+                        SenderError::Protocol(format!("ack for unknown file {file}"))
+                    })?;
+                    let slot = f.acked.get_mut(index as usize).ok_or_else(|| {
+                        SenderError::Protocol(format!("ack for block {index} beyond file {file}"))
+                    })?;
+                    if !*slot {
+                        *slot = true;
+                        self.acked_bytes +=
+                            crate::block_len(f.size, self.block_size, index as u64) as u64;
                     }
                 }
             }
@@ -208,5 +221,82 @@ impl SenderSession {
 
     pub fn in_flight_bytes(&self) -> u64 {
         self.sched.in_flight_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::EntryKind;
+
+    #[test]
+    fn detects_a_source_that_changed_between_reads() {
+        let e = Entry {
+            id: 0,
+            path: b"f".to_vec(),
+            kind: EntryKind::File {
+                size: 8,
+                mode: 0,
+                mtime: 0,
+                mtime_nsec: 0,
+            },
+            target: vec![],
+        };
+        let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
+        let now = Instant::now();
+        let Next::Send(b) = tx.next_block(now) else {
+            panic!()
+        };
+        tx.block_read(&b, [1; 32]).unwrap();
+        tx.handle(
+            Msg::Nack {
+                file: 0,
+                index: b.index,
+            },
+            now,
+        )
+        .unwrap();
+        let Next::Send(again) = tx.next_block(now) else {
+            panic!()
+        };
+        assert_eq!(again, b);
+        assert!(matches!(
+            tx.block_read(&again, [2; 32]),
+            Err(SenderError::SourceChanged { .. })
+        ));
+    }
+
+    #[test]
+    fn announces_manifest_and_empty_file_digest() {
+        let e = Entry {
+            id: 3,
+            path: b"empty".to_vec(),
+            kind: EntryKind::File {
+                size: 0,
+                mode: 0,
+                mtime: 0,
+                mtime_nsec: 0,
+            },
+            target: vec![],
+        };
+        let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
+        assert!(matches!(tx.poll_control(), Some(Msg::Entry(_))));
+        assert!(matches!(
+            tx.poll_control(),
+            Some(Msg::FileEnd { file: 3, .. })
+        ));
+        assert_eq!(
+            tx.poll_control(),
+            Some(Msg::ManifestEnd { files: 1, bytes: 0 })
+        );
+        assert!(matches!(
+            tx.handle(Msg::Done(Summary::default()), Instant::now()),
+            Err(SenderError::Protocol(_))
+        ));
+        tx.handle(Msg::FileDone { file: 3 }, Instant::now())
+            .unwrap();
+        tx.handle(Msg::Done(Summary::default()), Instant::now())
+            .unwrap();
+        assert_eq!(tx.next_block(Instant::now()), Next::Done);
     }
 }

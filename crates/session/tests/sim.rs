@@ -51,6 +51,7 @@ struct Outcome {
     retransmitted: u64,
     corrupted: u64,
     endgame: u64,
+    acked_bytes: u64,
 }
 
 fn fake_hash(b: &BlockRef, seed: u64) -> [u8; 32] {
@@ -132,12 +133,18 @@ fn simulate(seed: u64, sizes: &[u64], link: &Link) -> Outcome {
         }
         if let Some(summary) = tx.finished() {
             assert_eq!(summary.files as usize, sizes.len());
+            assert_eq!(
+                tx.acked_bytes,
+                sizes.iter().sum::<u64>(),
+                "seed {seed}: every byte acknowledged once"
+            );
             return Outcome {
                 elapsed: now - t0,
                 placed,
                 retransmitted: tx.retransmitted,
                 corrupted,
                 endgame: tx.endgame_copies(),
+                acked_bytes: tx.acked_bytes,
             };
         }
         // Idle streams pull work.
@@ -284,4 +291,21 @@ fn ten_thousand_small_files_are_pipelined() {
     let secs = out.elapsed.as_secs_f64();
     assert!(secs < 10.0, "took {secs} s for 100 MB of small files");
     assert_eq!(out.placed.len(), 10_000);
+}
+
+#[test]
+fn corruption_with_a_straggler_stream_still_completes() {
+    // Nacks race endgame copies here; every file must still complete and
+    // every byte be acknowledged exactly once.
+    for seed in 1..=30 {
+        let link = Link {
+            rates: vec![30.0 * MB, 30.0 * MB, 0.3 * MB],
+            one_way: Duration::from_millis(40),
+            corrupt: 0.1,
+        };
+        let sizes = [50_000_000, 3, 12 << 20];
+        let out = simulate(seed, &sizes, &link);
+        assert_eq!(out.placed.len(), sizes.len(), "seed {seed}");
+        assert_eq!(out.acked_bytes, sizes.iter().sum::<u64>());
+    }
 }
