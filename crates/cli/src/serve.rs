@@ -8,7 +8,8 @@ use secure::{AuthorizedKeys, Keypair};
 use store::Root;
 
 use crate::args::{KeygenArgs, ServeArgs};
-use crate::{cp::init_logging, home};
+use crate::{cp::init_logging, exit, home};
+use wire::ErrorCode;
 
 pub fn run(a: ServeArgs) -> i32 {
     init_logging(a.common.verbose.max(1));
@@ -18,13 +19,13 @@ pub fn run(a: ServeArgs) -> i32 {
     };
     let root = match Root::new(&a.root) {
         Ok(r) => r,
-        Err(e) => return fail(6, e.message),
+        Err(e) => return fail(exit::code(e.code()), e.message),
     };
     let listen = match a.listen.to_socket_addrs().ok().and_then(|mut it| it.next()) {
         Some(l) => l,
         None => {
             return fail(
-                2,
+                exit::code(ErrorCode::BadRequest),
                 format!(
                     "cannot listen on {:?}: write it as ADDR:PORT, e.g. 0.0.0.0:7050",
                     a.listen
@@ -35,7 +36,7 @@ pub fn run(a: ServeArgs) -> i32 {
     let key_path = a.key.clone().unwrap_or_else(home::server_key);
     let key = match Keypair::load_or_create(&key_path, &format!("server {}", home::comment())) {
         Ok(k) => k,
-        Err(e) => return fail(4, e.to_string()),
+        Err(e) => return fail(exit::code(ErrorCode::Auth), e.to_string()),
     };
     let authorized_keys = a
         .authorized_keys
@@ -76,7 +77,10 @@ pub fn run(a: ServeArgs) -> i32 {
     });
     match res {
         Ok(()) => 0,
-        Err(e) => fail(3, format!("cannot listen on {listen}: {e}")),
+        Err(e) => fail(
+            exit::code(ErrorCode::Connect),
+            format!("cannot listen on {listen}: {e}"),
+        ),
     }
 }
 

@@ -216,15 +216,13 @@ impl Connected {
                     format!("server refused: {message}"),
                 ))
             }
-            Ok(_) => {
+            Ok(Some(_)) => {
                 return Err(TransferError::new(
                     ErrorCode::Protocol,
                     "server sent no welcome",
                 ))
             }
-            Err(crate::framed::FrameError::Io(e))
-                if e.kind() == std::io::ErrorKind::UnexpectedEof =>
-            {
+            Ok(None) | Err(crate::framed::FrameError::Io(_)) => {
                 return Err(TransferError::new(
                     ErrorCode::Auth,
                     "server closed the connection after the handshake (it did not accept our key)",
@@ -272,6 +270,7 @@ impl Connected {
             Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
             Protection::IntegrityOnly => PROTECT_INTEGRITY_ONLY,
         };
+        let requested = streams;
         let req = Request {
             op,
             paths,
@@ -302,6 +301,12 @@ impl Connected {
             return Err(TransferError::new(
                 ErrorCode::Protocol,
                 "server named another session",
+            ));
+        }
+        if streams == 0 || streams > requested {
+            return Err(TransferError::new(
+                ErrorCode::Protocol,
+                format!("server asked for {streams} streams where {requested} were offered"),
             ));
         }
         let progress = self.progress();

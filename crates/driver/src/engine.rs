@@ -25,7 +25,7 @@ use store::{Sink, Sources};
 use wire::{BlockHeader, ErrorCode, Msg, Summary, BLOCK_HEADER_LEN};
 
 use crate::error::TransferError;
-use crate::framed::{FrameReader, FrameWriter, LEN_PREFIX};
+use crate::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
 use crate::progress::Progress;
 
 const POLL: Duration = Duration::from_millis(50);
@@ -89,12 +89,13 @@ impl<'a, S> Shared<'a, S> {
         }
         self.stop.store(true, Ordering::Release);
         if ours {
-            if let Ok(mut c) = self.ctrl.try_lock() {
-                let _ = c.send_msg(&Msg::Error {
-                    code: e.code,
-                    message: e.message,
-                });
-            }
+            // A control write in progress finishes first (bounded by the
+            // TCP user timeout), then the reason goes out.
+            let mut c = self.ctrl.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = c.send_msg(&Msg::Error {
+                code: e.code,
+                message: e.message,
+            });
         }
         for s in &self.sockets {
             let _ = s.shutdown(Shutdown::Both);
@@ -258,7 +259,8 @@ fn sender_control_reader(sh: &Shared<SenderSession>, r: &mut FrameReader) {
                 return;
             }
             Err(e) => {
-                sh.fail(e.into_transfer("reading control messages"), false);
+                let ours = !matches!(e, FrameError::Io(_));
+                sh.fail(e.into_transfer("reading control messages"), ours);
                 return;
             }
         }
@@ -483,8 +485,9 @@ impl Receiving<'_, '_> {
                 }
                 Err(e) => {
                     if !self.sh.is_done() {
+                        let ours = !matches!(e, FrameError::Io(_));
                         self.sh
-                            .fail(e.into_transfer("reading control messages"), false);
+                            .fail(e.into_transfer("reading control messages"), ours);
                     }
                     return;
                 }
@@ -498,13 +501,9 @@ impl Receiving<'_, '_> {
             // data is checked against the header's hash below (P-7).
             let body = match r.read_block_body() {
                 Ok(Some(b)) => b,
-                Ok(None) => {
-                    if !self.sh.is_done() && !self.sh.stopped() {
-                        // The sender closes a data stream only when it has
-                        // nothing more to send; the control side decides.
-                    }
-                    return;
-                }
+                // The sender closes a data stream only when it has nothing
+                // more to send; completion is decided on the control stream.
+                Ok(None) => return,
                 Err(e) => {
                     if !self.sh.is_done() {
                         self.sh.fail_transport(e.into_transfer("receiving data"));

@@ -46,6 +46,7 @@ impl From<session::SenderError> for TransferError {
         use session::SenderError::*;
         let code = match &e {
             SourceChanged { .. } => ErrorCode::Other,
+            Corrupted { .. } => ErrorCode::Integrity,
             Protocol(_) => ErrorCode::Protocol,
             Remote { code, .. } => *code,
         };

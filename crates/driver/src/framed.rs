@@ -42,6 +42,9 @@ impl FrameError {
     }
 }
 
+// The tag length is defined by the sealing crate and the wire crate alike.
+const _: () = assert!(TAG_LEN == secure::seal::TAG_LEN);
+
 /// Room to leave before a body so the length can be written in place.
 pub const LEN_PREFIX: usize = 4;
 

@@ -88,7 +88,8 @@ pub fn client(
             ),
         ));
     }
-    let (mut hs, m1) = ClientHandshake::start(identity).map_err(hs_err)?;
+    let greeting = [&pre.encode()[..], &reply.encode()[..]].concat();
+    let (mut hs, m1) = ClientHandshake::start(identity, &greeting).map_err(hs_err)?;
     let t0 = Instant::now();
     write_raw(stream, &m1).map_err(io_err("handshaking"))?;
     let m2 = read_raw(stream).map_err(io_err("handshaking"))?;
@@ -141,7 +142,8 @@ pub fn server(
     }
     let m1 = read_raw(stream).map_err(io_err("handshaking"))?;
     let t0 = Instant::now();
-    let (hs, m2) = ServerHandshake::respond(key, &m1).map_err(hs_err)?;
+    let greeting = [&pre.encode()[..], &reply.encode()[..]].concat();
+    let (hs, m2) = ServerHandshake::respond(key, &greeting, &m1).map_err(hs_err)?;
     write_raw(stream, &m2).map_err(io_err("handshaking"))?;
     let m3 = read_raw(stream).map_err(io_err("handshaking"))?;
     let rtt = t0.elapsed();

@@ -56,7 +56,9 @@ impl BufferLimits {
     }
 }
 
-/// Whether this process may exceed the buffer caps (CAP_NET_ADMIN).
+/// Whether this process may exceed the buffer caps with SO_*BUFFORCE.
+/// That takes CAP_NET_ADMIN; haul assumes root has it and others do not,
+/// and a refused setsockopt only costs the larger window.
 pub fn can_force_buffers() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -9,16 +9,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use secure::{AuthorizedKeys, Direction, Keypair, Opener, Protection, Sealer};
+use secure::{AuthorizedKeys, Direction, Keypair, Opener, Protection, Sealer, SessionKeys};
 use session::{ReceiverSession, SenderSession};
 use store::{walk, Destination, Root, Sink, Sources};
-use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305};
+use wire::{
+    ConnKind, ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305,
+    PROTOCOL_VERSION,
+};
 
 use crate::engine::{run_receiver, run_sender};
 use crate::error::TransferError;
 use crate::framed::{FrameReader, FrameWriter};
 use crate::handshake;
-use crate::join::server_join;
+use crate::join::{server_join, DataConn};
 use crate::net::{self, Tuning};
 use crate::progress::Progress;
 
@@ -36,7 +39,16 @@ pub struct ServerConfig {
     pub max_sessions: usize,
 }
 
-type Registry = Mutex<HashMap<[u8; 16], mpsc::Sender<(u16, TcpStream)>>>;
+/// What a data connection needs to join a session waiting for streams.
+#[derive(Clone)]
+struct Joinable {
+    keys: SessionKeys,
+    protection: Protection,
+    progress: Arc<Progress>,
+    joined: mpsc::Sender<(u16, DataConn)>,
+}
+
+type Registry = Mutex<HashMap<[u8; 16], Joinable>>;
 
 struct Server {
     cfg: ServerConfig,
@@ -88,17 +100,31 @@ impl Server {
         };
         match pre.kind {
             ConnKind::Data => {
-                let tx = self
+                if pre.version != PROTOCOL_VERSION {
+                    tracing::info!(
+                        "{peer}: data connection of protocol version {}; dropped",
+                        pre.version
+                    );
+                    return;
+                }
+                let slot = self
                     .sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .get(&pre.session)
                     .cloned();
-                match tx {
-                    Some(tx) => {
-                        let _ = tx.send((pre.stream, stream));
+                let Some(j) = slot else {
+                    tracing::info!("{peer}: data connection for no session; dropped");
+                    return;
+                };
+                // The join is checked here, on this connection's own thread,
+                // so a forged or silent connection that copied the
+                // cleartext session id costs the session nothing (P-20).
+                match server_join(stream, &j.keys, pre.stream, j.protection, &j.progress) {
+                    Ok(conn) => {
+                        let _ = j.joined.send((pre.stream, conn));
                     }
-                    None => tracing::info!("{peer}: data connection for no session; dropped"),
+                    Err(e) => tracing::warn!("{peer}: data connection refused: {e}"),
                 }
             }
             ConnKind::Control => {
@@ -194,7 +220,7 @@ impl Server {
 
         // Prepare the side we play before accepting, so errors come first.
         enum Side {
-            Send(SenderSession, Sources, u64),
+            Send(Box<SenderSession>, Sources, u64),
             Receive(Sink),
         }
         let side = match req.op {
@@ -210,7 +236,7 @@ impl Server {
                 };
                 let bytes = walked.file_bytes();
                 let session = SenderSession::new(walked.entries, req.block_size, SEND_WINDOW);
-                Side::Send(session, Sources::new(walked.paths), bytes)
+                Side::Send(Box::new(session), Sources::new(walked.paths), bytes)
             }
             Op::Push => {
                 let dest = &req.paths[0];
@@ -237,23 +263,33 @@ impl Server {
 
         let session_id = est.keys.session_id();
         let (tx, rx) = mpsc::channel();
+        let joinable = Joinable {
+            keys: est.keys.clone(),
+            protection,
+            progress: progress.clone(),
+            joined: tx,
+        };
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(session_id, tx);
-        let joined = (|| {
-            ctrl_w
-                .send_msg(&Msg::Accept {
-                    session: session_id,
-                    streams: req.streams,
-                })
-                .map_err(|e| TransferError::lost("accepting the request", &e))?;
-            gather(&rx, req.streams, &est.keys, protection, &progress)
-        })();
+            .insert(session_id, joinable);
+        let joined = ctrl_w
+            .send_msg(&Msg::Accept {
+                session: session_id,
+                streams: req.streams,
+            })
+            .map_err(|e| TransferError::lost("accepting the request", &e))
+            .and_then(|()| gather(&rx, req.streams));
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&session_id);
+        if let Err(e) = &joined {
+            let _ = ctrl_w.send_msg(&Msg::Error {
+                code: e.code,
+                message: e.message.clone(),
+            });
+        }
         let conns = joined?;
         Progress::set(&progress.streams, conns.len() as u64);
 
@@ -264,7 +300,7 @@ impl Server {
                     ctrl_r,
                     ctrl_w,
                     writers,
-                    session,
+                    *session,
                     &sources,
                     rate_of(&req),
                     &progress,
@@ -307,8 +343,8 @@ fn check_request(req: &Request) -> Result<(), TransferError> {
     if req.streams == 0 || req.streams > 256 {
         return bad("stream count must be 1 to 256");
     }
-    if !(4096..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
-        return bad("block size must be 4 KiB to 16 MiB");
+    if !(wire::MIN_BLOCK_SIZE..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
+        return bad("block size must be 64 KiB to 16 MiB");
     }
     if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) {
         return bad("request names no path");
@@ -316,26 +352,21 @@ fn check_request(req: &Request) -> Result<(), TransferError> {
     Ok(())
 }
 
-/// Waits for the session's data connections and checks each one's join.
+/// Waits for the session's data connections, already joined, one per
+/// stream index; a second connection for an index is dropped.
 fn gather(
-    rx: &mpsc::Receiver<(u16, TcpStream)>,
+    rx: &mpsc::Receiver<(u16, DataConn)>,
     streams: u16,
-    keys: &secure::SessionKeys,
-    protection: Protection,
-    progress: &Arc<Progress>,
-) -> Result<Vec<crate::join::DataConn>, TransferError> {
+) -> Result<Vec<DataConn>, TransferError> {
     let deadline = Instant::now() + JOIN_TIMEOUT;
-    let mut slots: Vec<Option<crate::join::DataConn>> = (0..streams).map(|_| None).collect();
+    let mut slots: Vec<Option<DataConn>> = (0..streams).map(|_| None).collect();
     let mut got = 0;
     while got < streams {
         let left = deadline.saturating_duration_since(Instant::now());
-        let (index, stream) = rx.recv_timeout(left).map_err(|_| {
+        let (index, conn) = rx.recv_timeout(left).map_err(|_| {
             TransferError::new(
                 ErrorCode::ConnectionLost,
-                format!(
-                    "only {got} of {streams} data connections arrived within {}s",
-                    JOIN_TIMEOUT.as_secs()
-                ),
+                format!("only {got} of {streams} data connections joined within {}s (a firewall between the hosts?)", JOIN_TIMEOUT.as_secs()),
             )
         })?;
         let slot = index.checked_sub(1).and_then(|i| slots.get_mut(i as usize));
@@ -343,7 +374,7 @@ fn gather(
             tracing::warn!("data connection with unexpected stream index {index}; dropped");
             continue;
         };
-        *slot = Some(server_join(stream, keys, index, protection, progress)?);
+        *slot = Some(conn);
         got += 1;
     }
     Ok(slots.into_iter().flatten().collect())

@@ -81,14 +81,23 @@ impl SessionKeys {
     }
 }
 
-fn builder(local: &Keypair) -> Result<snow::Builder<'_>, HandshakeError> {
-    Ok(snow::Builder::new(
-        NOISE_PATTERN
-            .parse()
-            .map_err(|_| HandshakeError::Malformed("pattern"))?,
-    )
-    .local_private_key(local.secret())?
-    .prologue(PROLOGUE)?)
+/// The prologue binds the cleartext greeting (preamble and reply) into the
+/// handshake transcript, so tampering with it fails the handshake (P-3).
+fn builder<'a>(
+    local: &'a Keypair,
+    prologue: &'a [u8],
+) -> Result<snow::Builder<'a>, HandshakeError> {
+    let params = NOISE_PATTERN
+        .parse()
+        .map_err(|_| HandshakeError::Malformed("pattern"))?;
+    Ok(snow::Builder::new(params)
+        .local_private_key(local.secret())?
+        .prologue(prologue)?)
+}
+
+/// `PROLOGUE || greeting`: what both sides feed Noise as its prologue.
+pub fn prologue(greeting: &[u8]) -> Vec<u8> {
+    [PROLOGUE, greeting].concat()
 }
 
 fn random32() -> [u8; 32] {
@@ -120,8 +129,13 @@ pub struct ClientHandshake {
 
 impl ClientHandshake {
     /// Starts a handshake; returns the state and message one to send.
-    pub fn start(local: &Keypair) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
-        let mut hs = builder(local)?.build_initiator()?;
+    /// `greeting` is the cleartext exchanged before it (preamble, reply).
+    pub fn start(
+        local: &Keypair,
+        greeting: &[u8],
+    ) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
+        let p = prologue(greeting);
+        let mut hs = builder(local, &p)?.build_initiator()?;
         let mut out = vec![0u8; MAX_MSG];
         let n = hs.write_message(&[], &mut out)?;
         out.truncate(n);
@@ -168,11 +182,14 @@ pub struct ServerHandshake {
 
 impl ServerHandshake {
     /// Reads message one; returns the state and message two to send.
+    /// `greeting` is the cleartext exchanged before it (preamble, reply).
     pub fn respond(
         local: &Keypair,
+        greeting: &[u8],
         msg1: &[u8],
     ) -> Result<(ServerHandshake, Vec<u8>), HandshakeError> {
-        let mut hs = builder(local)?.build_responder()?;
+        let p = prologue(greeting);
+        let mut hs = builder(local, &p)?.build_responder()?;
         let mut scratch = vec![0u8; MAX_MSG];
         let n = hs.read_message(msg1, &mut scratch)?;
         if n != 0 {
@@ -212,8 +229,8 @@ mod tests {
         client: &Keypair,
         server: &Keypair,
     ) -> Result<(PublicKey, PublicKey, SessionKeys, SessionKeys), HandshakeError> {
-        let (mut c, m1) = ClientHandshake::start(client)?;
-        let (s, m2) = ServerHandshake::respond(server, &m1)?;
+        let (mut c, m1) = ClientHandshake::start(client, b"greeting")?;
+        let (s, m2) = ServerHandshake::respond(server, b"greeting", &m1)?;
         let server_seen = c.read_reply(&m2)?;
         let (m3, ck) = c.finish()?;
         let (client_seen, sk) = s.finish(&m3)?;
@@ -250,10 +267,18 @@ mod tests {
     }
 
     #[test]
+    fn different_greetings_fail_the_handshake() {
+        let (c, s) = (Keypair::generate(), Keypair::generate());
+        let (mut ch, m1) = ClientHandshake::start(&c, b"HAUL v1").unwrap();
+        let (_, m2) = ServerHandshake::respond(&s, b"HAUL v2", &m1).unwrap();
+        assert!(ch.read_reply(&m2).is_err());
+    }
+
+    #[test]
     fn tampered_message_two_fails() {
         let (c, s) = (Keypair::generate(), Keypair::generate());
-        let (mut ch, m1) = ClientHandshake::start(&c).unwrap();
-        let (_, mut m2) = ServerHandshake::respond(&s, &m1).unwrap();
+        let (mut ch, m1) = ClientHandshake::start(&c, b"g").unwrap();
+        let (_, mut m2) = ServerHandshake::respond(&s, b"g", &m1).unwrap();
         let last = m2.len() - 1;
         m2[last] ^= 1;
         assert!(ch.read_reply(&m2).is_err());
@@ -263,8 +288,8 @@ mod tests {
         #[test]
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
             let s = Keypair::generate();
-            let _ = ServerHandshake::respond(&s, &b);
-            let (mut ch, _) = ClientHandshake::start(&s).unwrap();
+            let _ = ServerHandshake::respond(&s, b"g", &b);
+            let (mut ch, _) = ClientHandshake::start(&s, b"g").unwrap();
             let _ = ch.read_reply(&b);
         }
     }

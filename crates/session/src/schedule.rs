@@ -118,6 +118,8 @@ impl Scheduler {
 
     /// The next block for a stream that is ready to send.
     pub fn next(&mut self, now: Instant) -> Next {
+        // Re-sends go first and ignore the window: they replace bytes that
+        // were already counted against it when first sent.
         if let Some(b) = self.retry.pop_front() {
             return self.launch(b, now);
         }

@@ -19,11 +19,21 @@ use crate::{block_count, BlockRef};
 pub enum SenderError {
     #[error("source file {path} changed while it was being sent (block {index} differs on re-read); copy it again once it is stable")]
     SourceChanged { path: String, index: u32 },
+    #[error("block {index} of {path} failed verification {tries} times; the path corrupts data (check NICs, memory, or an intercepting middlebox)")]
+    Corrupted {
+        path: String,
+        index: u32,
+        tries: u32,
+    },
     #[error("peer broke the protocol: {0}")]
     Protocol(String),
     #[error("{message}")]
     Remote { code: ErrorCode, message: String },
 }
+
+/// How often one block may be rejected before the transfer fails: a path
+/// that keeps corrupting the same block will not heal by retrying.
+pub const MAX_NACKS: u32 = 8;
 
 /// One manifest entry as the sender enumerated it.
 pub type SourceEntry = Entry;
@@ -42,6 +52,7 @@ pub struct SenderSession {
     block_size: u32,
     sched: Scheduler,
     files: HashMap<u32, SendFile>,
+    nacks: HashMap<(u32, u32), u32>,
     files_left: usize,
     summary: Option<Summary>,
     /// Blocks sent again because the receiver rejected them.
@@ -99,6 +110,7 @@ impl SenderSession {
             block_size,
             sched: Scheduler::new(order, block_size, window),
             files,
+            nacks: HashMap::new(),
             files_left,
             summary: None,
             retransmitted: 0,
@@ -177,6 +189,20 @@ impl SenderSession {
                 }
             }
             Msg::Nack { file, index } => {
+                let tries = self.nacks.entry((file, index)).or_insert(0);
+                *tries += 1;
+                if *tries > MAX_NACKS {
+                    let path = self
+                        .files
+                        .get(&file)
+                        .map(|f| f.path.clone())
+                        .unwrap_or_default();
+                    return Err(SenderError::Corrupted {
+                        path,
+                        index,
+                        tries: *tries,
+                    });
+                }
                 if self.sched.nacked(file, index) {
                     self.retransmitted += 1;
                 }

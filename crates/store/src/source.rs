@@ -64,9 +64,4 @@ impl Sources {
             }
         })
     }
-
-    /// Forgets the open handle of a file whose blocks are all read.
-    pub fn close(&self, id: u32) {
-        self.open.lock().expect("source table lock").remove(&id);
-    }
 }

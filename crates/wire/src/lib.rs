@@ -2,8 +2,9 @@
 //!
 //! Everything here is pure encoding and decoding, specified in
 //! `docs/PROTOCOL.md` (requirement numbers `P-n` are cited in comments).
-//! Decoders never panic on any input: they return [`DecodeError`], which the
-//! session turns into an error frame and a closed connection.
+//! Decoders never panic on any input: they return [`DecodeError`], which
+//! ends the session (with an `Error` message to the peer where the control
+//! connection still works).
 
 mod block;
 mod buf;
@@ -17,12 +18,15 @@ pub use msg::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONL
 pub use preamble::{ConnKind, Preamble, PreambleReply, MAGIC, PREAMBLE_LEN, PROTOCOL_VERSION};
 
 /// Largest sealed frame body a peer may announce (P-4): a block of at most
-/// [`MAX_BLOCK_SIZE`] plus header and tag. Larger announcements are refused
-/// before any memory is allocated.
+/// [`MAX_BLOCK_SIZE`] plus room for its header. The length never includes
+/// the tag. Larger announcements are refused before memory is allocated.
 pub const MAX_FRAME_LEN: u32 = MAX_BLOCK_SIZE + 4096;
 
 /// Largest block size the protocol allows (P-9).
 pub const MAX_BLOCK_SIZE: u32 = 16 << 20;
+
+/// Smallest block size the protocol allows (P-9).
+pub const MIN_BLOCK_SIZE: u32 = 64 << 10;
 
 /// Length of the authentication tag that follows every sealed frame body.
 pub const TAG_LEN: usize = 16;

@@ -8,7 +8,8 @@ use crate::buf::{DecodeError, Reader, Writer};
 pub const MAGIC: [u8; 4] = *b"HAUL";
 
 /// The protocol version this build speaks (P-2). Bumped on any incompatible
-/// change; capabilities inside a version are negotiated in the request.
+/// change; within a version, what the `Request` carries (op, streams, block
+/// size, protection, rate) is the only negotiation.
 pub const PROTOCOL_VERSION: u16 = 1;
 
 /// Encoded length of [`Preamble`].
