@@ -1,0 +1,131 @@
+//! haul over the emulated WAN: a server in one namespace, the client in the
+//! other, across a long, lossy link. Needs root (skips with a printed
+//! reason elsewhere; CI runs as root and must run it).
+
+mod common;
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use netem::testing::{require_root, unique_name};
+use netem::{Emulator, EmulatorConfig, ADDR_B};
+use netsim::LinkConfig;
+
+struct Remote {
+    child: std::process::Child,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_in_b(emu: &Emulator, env: &Env) -> Remote {
+    let mut child = emu
+        .command_b(HAUL)
+        .args(["serve", "--listen", &format!("{ADDR_B}:7050"), "--root"])
+        .arg(&env.root)
+        .env("HAUL_HOME", &env.server_home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("haul serve listens inside the namespace");
+    Remote { child }
+}
+
+fn cp_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> std::process::Output {
+    let mut c: Command = emu.command_a(HAUL);
+    c.arg("cp")
+        .args(args)
+        .env("HAUL_HOME", &env.home)
+        .stdin(Stdio::null());
+    c.output().unwrap()
+}
+
+#[test]
+fn push_and_pull_across_a_long_lossy_link() {
+    if !require_root("the haul-over-WAN test") {
+        return;
+    }
+    // 200 Mbit/s, 60 ms RTT, 0.5% loss and 0.5% reordering each way.
+    let link = LinkConfig {
+        delay: Duration::from_millis(30),
+        rate_bps: Some(200_000_000),
+        loss: 0.005,
+        reorder: 0.005,
+        ..Default::default()
+    };
+    let cfg = EmulatorConfig {
+        name: unique_name("wan"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 11,
+    };
+    let mut emu = Emulator::start(cfg).expect("emulator starts");
+    let env = Env::new();
+    let _server = serve_in_b(&emu, &env);
+
+    let data = random_bytes(24 << 20, 77);
+    let src = env.local.join("data.bin");
+    write_file(&src, &data);
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &[
+            "--json",
+            src.to_str().unwrap(),
+            &format!("{ADDR_B}:/data.bin"),
+        ],
+    );
+    ok(&out);
+    assert!(
+        fs::read(env.root.join("data.bin")).unwrap() == data,
+        "pushed copy differs"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rtt = json["rtt_ms"].as_f64().unwrap();
+    assert!(
+        (58.0..90.0).contains(&rtt),
+        "handshake RTT {rtt} ms over a 60 ms path"
+    );
+
+    let back = env.local.join("back.bin");
+    ok(&cp_in_a(
+        &emu,
+        &env,
+        &[
+            "--streams",
+            "4",
+            &format!("{ADDR_B}:data.bin"),
+            back.to_str().unwrap(),
+        ],
+    ));
+    assert!(fs::read(&back).unwrap() == data, "pulled copy differs");
+
+    let report = emu.stop();
+    assert!(
+        report.a2b.dropped_loss > 0 && report.b2a.dropped_loss > 0,
+        "the link did lose packets: {report:?}"
+    );
+}
