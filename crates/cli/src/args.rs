@@ -148,7 +148,7 @@ fn parse_block_size(s: &str) -> Result<u32, String> {
         .parse::<u64>()
         .map_err(|_| format!("{s:?} is not a size like 4M or 512K"))?
         * mult;
-    if !(64 << 10..=16 << 20).contains(&v) {
+    if !(wire::MIN_BLOCK_SIZE as u64..=wire::MAX_BLOCK_SIZE as u64).contains(&v) {
         return Err(format!("block size {s} is outside 64K..16M"));
     }
     Ok(v as u32)

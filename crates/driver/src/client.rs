@@ -222,7 +222,7 @@ impl Connected {
                     "server sent no welcome",
                 ))
             }
-            Ok(None) | Err(crate::framed::FrameError::Io(_)) => {
+            Ok(None) => {
                 return Err(TransferError::new(
                     ErrorCode::Auth,
                     "server closed the connection after the handshake (it did not accept our key)",
@@ -297,17 +297,22 @@ impl Connected {
             }
             Err(e) => return Err(e.into_transfer("waiting for the server's answer")),
         };
-        if session != self.keys.session_id() {
-            return Err(TransferError::new(
-                ErrorCode::Protocol,
-                "server named another session",
-            ));
-        }
-        if streams == 0 || streams > requested {
-            return Err(TransferError::new(
-                ErrorCode::Protocol,
-                format!("server asked for {streams} streams where {requested} were offered"),
-            ));
+        let refusal = if session != self.keys.session_id() {
+            Some("server named another session".to_string())
+        } else if streams == 0 || streams > requested {
+            Some(format!(
+                "server asked for {streams} streams where {requested} were offered"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            // Tell the server, so it stops waiting for data connections.
+            let _ = self.ctrl_w.send_msg(&Msg::Error {
+                code: ErrorCode::Protocol,
+                message: message.clone(),
+            });
+            return Err(TransferError::new(ErrorCode::Protocol, message));
         }
         let progress = self.progress();
         Progress::set(&progress.streams, streams as u64);

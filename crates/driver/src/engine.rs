@@ -506,7 +506,15 @@ impl Receiving<'_, '_> {
                 Ok(None) => return,
                 Err(e) => {
                     if !self.sh.is_done() {
-                        self.sh.fail_transport(e.into_transfer("receiving data"));
+                        // A frame that fails to open or is oversized is ours
+                        // to report; a broken connection may have a reason
+                        // waiting on the control stream.
+                        match e {
+                            FrameError::Io(_) => {
+                                self.sh.fail_transport(e.into_transfer("receiving data"))
+                            }
+                            _ => self.sh.fail(e.into_transfer("receiving data"), true),
+                        }
                     }
                     return;
                 }

@@ -210,7 +210,11 @@ impl Server {
                     "client sent no request",
                 ))
             }
-            Err(e) => return Err(e.into_transfer("reading the request")),
+            Err(e) => {
+                let ours = !matches!(e, crate::framed::FrameError::Io(_));
+                let e = e.into_transfer("reading the request");
+                return if ours { refuse(&mut ctrl_w, e) } else { Err(e) };
+            }
         };
         ctrl_r.get_ref().set_read_timeout(None).ok();
         if let Err(e) = check_request(&req) {

@@ -189,6 +189,15 @@ impl SenderSession {
                 }
             }
             Msg::Nack { file, index } => {
+                let known = self
+                    .files
+                    .get(&file)
+                    .is_some_and(|f| (index as usize) < f.hashes.len());
+                if !known {
+                    return Err(SenderError::Protocol(format!(
+                        "nack for block {index} of unknown file {file}"
+                    )));
+                }
                 let tries = self.nacks.entry((file, index)).or_insert(0);
                 *tries += 1;
                 if *tries > MAX_NACKS {

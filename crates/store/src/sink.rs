@@ -307,6 +307,15 @@ impl Sink {
                 })
                 .collect::<Result<_, _>>()?
         };
+        // Mode and times first, so the sync below makes them durable too.
+        for (f, mode, mtime) in &files {
+            f.file
+                .set_permissions(fs::Permissions::from_mode(mode & 0o1777))
+                .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
+            f.file
+                .set_times(fs::FileTimes::new().set_modified(*mtime))
+                .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
+        }
         if let [(f, ..)] = &files[..] {
             f.file
                 .sync_all()
@@ -330,13 +339,7 @@ impl Sink {
             }
         }
         let mut dirs = HashSet::new();
-        for (f, mode, mtime) in &files {
-            f.file
-                .set_permissions(fs::Permissions::from_mode(mode & 0o1777))
-                .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
-            f.file
-                .set_times(fs::FileTimes::new().set_modified(*mtime))
-                .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
+        for (f, ..) in &files {
             fs::rename(&f.temp, &f.final_path)
                 .map_err(|e| StoreError::io("rename into place", &f.final_path, &e))?;
             dirs.insert(
@@ -370,6 +373,24 @@ impl Sink {
             let f = File::open(&p).map_err(|e| StoreError::io("open", &p, &e))?;
             f.set_times(fs::FileTimes::new().set_modified(to_time(*mtime, *nsec)))
                 .map_err(|e| StoreError::io("set times of", &p, &e))?;
+        }
+        // Directories and links made along the way, and the metadata just
+        // set, become durable with one sync of the destination's file system.
+        if let Destination::Path { base, root, .. } = &self.dest {
+            let anchor = if base.is_dir() {
+                base.as_path()
+            } else {
+                root.path()
+            };
+            let d = File::open(anchor).map_err(|e| StoreError::io("open", anchor, &e))?;
+            // SAFETY: syncfs on a descriptor we own.
+            if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+                return Err(StoreError::io(
+                    "sync",
+                    anchor,
+                    &std::io::Error::last_os_error(),
+                ));
+            }
         }
         Ok(())
     }
