@@ -121,8 +121,25 @@ fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TransferError> {
     Ok(addrs)
 }
 
+/// A forced socket buffer for one of `streams` data connections: twice its
+/// share of the bandwidth-delay product at the target rate (the `--rate`
+/// cap, else 10 Gbit/s), between 4 MiB and [`net::FORCED_BUFFER`].
+pub fn stream_buffer(rtt: Duration, rate: Option<u64>, streams: u16) -> usize {
+    let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
+    let share = 2.0 * target * rtt.as_secs_f64() / streams.max(1) as f64;
+    (share as usize).clamp(4 << 20, net::FORCED_BUFFER)
+}
+
 fn dial(addr: &SocketAddr, cfg: &ClientConfig) -> Result<TcpStream, TransferError> {
-    net::connect(addr, &cfg.tuning, cfg.connect_timeout).map_err(|e| {
+    dial_with(addr, cfg, &cfg.tuning)
+}
+
+fn dial_with(
+    addr: &SocketAddr,
+    cfg: &ClientConfig,
+    tuning: &Tuning,
+) -> Result<TcpStream, TransferError> {
+    net::connect(addr, tuning, cfg.connect_timeout).map_err(|e| {
         let why = match e.kind() {
             std::io::ErrorKind::ConnectionRefused => {
                 "connection refused (is `haul serve` running there, on that port?)".to_string()
@@ -316,9 +333,15 @@ impl Connected {
         }
         let progress = self.progress();
         Progress::set(&progress.streams, streams as u64);
+        // The RTT is known now: where buffers can be forced, size each data
+        // connection's to its share of the path's BDP instead of the maximum.
+        let mut tuning = self.cfg.tuning.clone();
+        if tuning.force_buffer.is_some() {
+            tuning.force_buffer = Some(stream_buffer(self.rtt, self.cfg.rate, streams));
+        }
         (1..=streams)
             .map(|i| {
-                let s = dial(&self.addr, &self.cfg)?;
+                let s = dial_with(&self.addr, &self.cfg, &tuning)?;
                 client_join(s, &self.keys, i, self.cfg.protection, &progress)
             })
             .collect()
@@ -414,5 +437,33 @@ impl Connected {
             &progress,
         )?;
         Ok(tail.report(summary, streams, 0, window))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_rules() {
+        let ms = Duration::from_millis;
+        // Loopback: one per core (up to 4).
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(4) as u16;
+        assert_eq!(auto_streams(ms(0), None, 4 << 20), cores.max(1));
+        // 150 ms with 2.7 MB windows: capped at 16.
+        assert_eq!(auto_streams(ms(150), None, 2_800_000), 16);
+        // 150 ms with 32 MiB windows, 10 Gbit/s target: 6.
+        assert_eq!(auto_streams(ms(150), None, 32 << 20), 6.max(cores));
+        // A 500 Mbit/s cap needs fewer.
+        assert_eq!(
+            auto_streams(ms(150), Some(62_500_000), 32 << 20),
+            1.max(cores)
+        );
+        assert_eq!(stream_buffer(ms(150), None, 6), 62_500_000);
+        assert_eq!(stream_buffer(ms(1), None, 6), 4 << 20);
+        assert_eq!(stream_buffer(ms(600), None, 2), net::FORCED_BUFFER);
     }
 }
