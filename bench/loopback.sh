@@ -8,6 +8,8 @@
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$SCRIPT_DIR/lib.sh"
 HAUL=${HAUL:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/release/haul}
 IPERF_TIME=${IPERF_TIME:-10}          # seconds per iperf3 run
 SERVER_TTL=${SERVER_TTL:-7200}        # hard upper bound on any background server
@@ -58,66 +60,14 @@ Output: table on stdout, progress on stderr, CSV in $SCRIPT_DIR/out/.
 EOF
 }
 
-# ---- small helpers ----------------------------------------------------------
-log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "FATAL: $*"; exit 1; }
-now() { date +%s.%N; }
-# calc EXPR: floating-point arithmetic via awk (only ever fed our own numbers)
-calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
-fmt1() { awk -v x="$1" 'BEGIN { printf "%.1f", x }'; }
-
-median() {
-  printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
-    END { if (NR % 2) printf "%.6f", a[(NR + 1) / 2]; else printf "%.6f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
-# to_bytes SIZE: "2G", "512M", "2GiB", "1024" -> bytes (binary multiples)
-to_bytes() {
-  local s=$1
-  s=${s%iB}; s=${s%B}
-  numfmt --from=iec "$s" 2>/dev/null || die "bad size: $1"
-}
-
-# in_range N MIN MAX: N is a decimal integer within [MIN, MAX]
-in_range() {
-  [[ $1 =~ ^[0-9]{1,18}$ ]] || return 1
-  (( 10#$1 >= $2 && 10#$1 <= $3 ))
-}
-
+# ---- small helpers (log, die, now, calc, fmt1, median, to_bytes, in_range,
+# json_get, pkg_installed, avail_bytes live in lib.sh) ---------------------
 # bounded SECS CMD...: run a foreground command with a hard time limit; it stays
 # in our process group so Ctrl-C reaches it.
 bounded() {
   local secs=$1
   shift
   timeout --foreground --kill-after=5 "$secs" "$@"
-}
-
-# json_get FILE PATH: PATH like .end.sum_received.bits_per_second; takes the
-# last JSON object in FILE (python3 also skips stray non-JSON lines; jq needs
-# the file to be pure JSON).
-json_get() {
-  local file=$1 path=$2
-  if [[ $JSON_TOOL == jq ]]; then
-    jq -r -s "last | $path // empty" "$file"
-  else
-    python3 - "$file" "$path" <<'PY'
-import json, sys
-text = open(sys.argv[1]).read()
-dec, i, last = json.JSONDecoder(), 0, None
-while True:
-    j = text.find("{", i)
-    if j < 0:
-        break
-    try:
-        last, i = dec.raw_decode(text, j)
-    except ValueError:
-        i = j + 1
-v = last
-for k in [p for p in sys.argv[2].split(".") if p]:
-    v = v.get(k) if isinstance(v, dict) else None
-print("" if v is None else v)
-PY
-  fi
 }
 
 # start_bg STDOUT STDERR CMD...: start CMD in the background (stdin /dev/null),
@@ -237,10 +187,6 @@ parse_args() {
   XFER_TIMEOUT=$((60 + SIZE_BYTES / (8 * 1024 * 1024)))
 }
 
-pkg_installed() {
-  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
-}
-
 ensure_packages() {
   local p missing=()
   if command -v dpkg-query >/dev/null; then
@@ -274,8 +220,6 @@ cleanup() {
   [[ -n $TMP_DIR && -d $TMP_DIR ]] && rm -rf -- "$TMP_DIR"
   exit "$rc"
 }
-
-avail_bytes() { df -B1 --output=avail "$1" | tail -n 1 | tr -d ' '; }
 
 make_dirs_and_data() {
   trap cleanup EXIT

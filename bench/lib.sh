@@ -1,0 +1,63 @@
+# bench/lib.sh: helpers shared by bench/loopback.sh and bench/wan.sh.
+# shellcheck shell=bash
+# Source it; it defines functions only (no side effects). json_get reads the
+# global JSON_TOOL (python3 or jq), which the caller sets.
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+now() { date +%s.%N; }
+# calc EXPR: floating-point arithmetic via awk (only ever fed our own numbers)
+calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
+fmt1() { awk -v x="$1" 'BEGIN { printf "%.1f", x }'; }
+
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
+    END { if (NR % 2) printf "%.6f", a[(NR + 1) / 2]; else printf "%.6f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# to_bytes SIZE: "2G", "512M", "2GiB", "1024" -> bytes (binary multiples)
+to_bytes() {
+  local s=$1
+  s=${s%iB}; s=${s%B}
+  numfmt --from=iec "$s" 2>/dev/null || die "bad size: $1"
+}
+
+# in_range N MIN MAX: N is a decimal integer within [MIN, MAX]
+in_range() {
+  [[ $1 =~ ^[0-9]{1,18}$ ]] || return 1
+  (( 10#$1 >= $2 && 10#$1 <= $3 ))
+}
+
+# json_get FILE PATH: PATH like .end.sum_received.bits_per_second; takes the
+# last JSON object in FILE (python3 also skips stray non-JSON lines; jq needs
+# the file to be pure JSON).
+json_get() {
+  local file=$1 path=$2
+  if [[ ${JSON_TOOL:-python3} == jq ]]; then
+    jq -r -s "last | $path // empty" "$file"
+  else
+    python3 - "$file" "$path" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+dec, i, last = json.JSONDecoder(), 0, None
+while True:
+    j = text.find("{", i)
+    if j < 0:
+        break
+    try:
+        last, i = dec.raw_decode(text, j)
+    except ValueError:
+        i = j + 1
+v = last
+for k in [p for p in sys.argv[2].split(".") if p]:
+    v = v.get(k) if isinstance(v, dict) else None
+print("" if v is None else v)
+PY
+  fi
+}
+
+pkg_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+avail_bytes() { df -B1 --output=avail "$1" | tail -n 1 | tr -d ' '; }
