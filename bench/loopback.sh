@@ -52,7 +52,7 @@ Options:
   -h, --help       this help
 
 Environment:
-  HAUL=PATH        haul binary (default /work/main/target/release/haul);
+  HAUL=PATH        haul binary (default target/release/haul beside this script);
                    if missing, haul rows are skipped with a warning
   IPERF_TIME=S     iperf3 -t duration (default 10)
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secure::{Direction, HostKeyStatus, Keypair, KnownHosts, Opener, Protection, Sealer};
+use secure::{HostKeyStatus, Keypair, KnownHosts, Protection};
 use session::{ReceiverSession, SenderSession};
 use store::{Sink, Sources, Walked};
 use wire::{
@@ -18,7 +18,7 @@ use crate::engine::{run_receiver, run_sender};
 use crate::error::TransferError;
 use crate::framed::{FrameReader, FrameWriter};
 use crate::handshake;
-use crate::join::{client_join, DataConn};
+use crate::join::{client_join, keyed, DataConn};
 use crate::net::{self, BufferLimits, Tuning};
 use crate::progress::Progress;
 use crate::server::{CONTROL_PROTECTION, SEND_WINDOW};
@@ -202,25 +202,8 @@ impl Connected {
         }
         })?;
         let progress = Arc::new(Progress::default());
-        let read_half = stream
-            .try_clone()
-            .map_err(|e| TransferError::lost("setting up", &e))?;
-        let mut ctrl_r = FrameReader::new(
-            read_half,
-            Opener::new(
-                CONTROL_PROTECTION,
-                &est.keys.stream_key(0, Direction::ServerToClient),
-            ),
-            progress.clone(),
-        );
-        let ctrl_w = FrameWriter::new(
-            stream,
-            Sealer::new(
-                CONTROL_PROTECTION,
-                &est.keys.stream_key(0, Direction::ClientToServer),
-            ),
-            progress.clone(),
-        );
+        let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
+        let (mut ctrl_r, ctrl_w) = (control.reader, control.writer);
         ctrl_r
             .get_ref()
             .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))

@@ -114,6 +114,28 @@ impl<'a, S> Shared<'a, S> {
         self.fail(e, false);
     }
 
+    /// The control connection ended, cleanly (`None`) or not, before the
+    /// transfer completed. A frame that fails to open or decode is ours to
+    /// report; a broken connection is not.
+    fn control_ended(&self, err: Option<FrameError>) {
+        if self.is_done() {
+            return;
+        }
+        match err {
+            None => self.fail(
+                TransferError::new(
+                    ErrorCode::ConnectionLost,
+                    "the peer closed the connection before the transfer finished",
+                ),
+                false,
+            ),
+            Some(e) => {
+                let ours = !matches!(e, FrameError::Io(_));
+                self.fail(e.into_transfer("reading control messages"), ours);
+            }
+        }
+    }
+
     fn finish(&self) {
         self.done.store(true, Ordering::Release);
         self.cv.notify_all();
@@ -248,21 +270,8 @@ fn sender_control_reader(sh: &Shared<SenderSession>, r: &mut FrameReader) {
                 }
                 sh.cv.notify_all();
             }
-            Ok(None) => {
-                sh.fail(
-                    TransferError::new(
-                        ErrorCode::ConnectionLost,
-                        "the peer closed the connection before the transfer finished",
-                    ),
-                    false,
-                );
-                return;
-            }
-            Err(e) => {
-                let ours = !matches!(e, FrameError::Io(_));
-                sh.fail(e.into_transfer("reading control messages"), ours);
-                return;
-            }
+            Ok(None) => return sh.control_ended(None),
+            Err(e) => return sh.control_ended(Some(e)),
         }
     }
 }
@@ -471,26 +480,8 @@ impl Receiving<'_, '_> {
                         return;
                     }
                 }
-                Ok(None) => {
-                    if !self.sh.is_done() {
-                        self.sh.fail(
-                            TransferError::new(
-                                ErrorCode::ConnectionLost,
-                                "the peer closed the connection before the transfer finished",
-                            ),
-                            false,
-                        );
-                    }
-                    return;
-                }
-                Err(e) => {
-                    if !self.sh.is_done() {
-                        let ours = !matches!(e, FrameError::Io(_));
-                        self.sh
-                            .fail(e.into_transfer("reading control messages"), ours);
-                    }
-                    return;
-                }
+                Ok(None) => return self.sh.control_ended(None),
+                Err(e) => return self.sh.control_ended(Some(e)),
             }
         }
     }

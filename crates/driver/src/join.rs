@@ -29,7 +29,9 @@ pub struct DataConn {
     pub writer: FrameWriter,
 }
 
-fn keyed(
+/// Splits a connection into reader and writer keyed for stream `index`
+/// (0 is control) in this side's directions (P-5).
+pub fn keyed(
     stream: TcpStream,
     keys: &SessionKeys,
     index: u16,
@@ -44,7 +46,7 @@ fn keyed(
     };
     let read_half = stream
         .try_clone()
-        .map_err(|e| TransferError::lost("setting up a data stream", &e))?;
+        .map_err(|e| TransferError::lost("setting up a connection", &e))?;
     Ok(DataConn {
         reader: FrameReader::new(
             read_half,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use secure::{AuthorizedKeys, Direction, Keypair, Opener, Protection, Sealer, SessionKeys};
+use secure::{AuthorizedKeys, Keypair, Protection, SessionKeys};
 use session::{ReceiverSession, SenderSession};
 use store::{walk, Destination, Root, Sink, Sources};
 use wire::{
@@ -19,9 +19,9 @@ use wire::{
 
 use crate::engine::{run_receiver, run_sender};
 use crate::error::TransferError;
-use crate::framed::{FrameReader, FrameWriter};
+use crate::framed::FrameWriter;
 use crate::handshake;
-use crate::join::{server_join, DataConn};
+use crate::join::{keyed, server_join, DataConn};
 use crate::net::{self, Tuning};
 use crate::progress::Progress;
 
@@ -146,25 +146,8 @@ impl Server {
     ) -> Result<String, TransferError> {
         let est = handshake::server(&mut stream, pre, &self.cfg.key)?;
         let progress = Arc::new(Progress::default());
-        let read_half = stream
-            .try_clone()
-            .map_err(|e| TransferError::lost("setting up", &e))?;
-        let mut ctrl_r = FrameReader::new(
-            read_half,
-            Opener::new(
-                CONTROL_PROTECTION,
-                &est.keys.stream_key(0, Direction::ClientToServer),
-            ),
-            progress.clone(),
-        );
-        let mut ctrl_w = FrameWriter::new(
-            stream,
-            Sealer::new(
-                CONTROL_PROTECTION,
-                &est.keys.stream_key(0, Direction::ServerToClient),
-            ),
-            progress.clone(),
-        );
+        let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
+        let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
         let refuse = |w: &mut FrameWriter, e: TransferError| {
             let _ = w.send_msg(&Msg::Error {
                 code: e.code,
