@@ -1,12 +1,19 @@
-//! Rate control. For the TCP path this is a hard cap (`--rate`): a token
-//! bucket that all data streams draw from, so the sum of their sending rates
-//! stays under the cap whatever the number of streams. It is sans-IO: the
-//! caller passes `now` and sleeps for the delay it is told.
+//! Rate control, sans-IO: callers pass the time and act on what they are
+//! told.
+//!
+//! - [`TokenBucket`]: the hard cap (`--rate`) that all TCP data streams draw
+//!   from, so their sum stays under it whatever the number of streams.
+//! - [`RateController`]: the policy behind a rate-based (UDP) channel, fed
+//!   receiver reports ([`Feedback`]); one file per algorithm: [`Fixed`]
+//!   and [`Adaptive`].
 
 use std::time::Duration;
 
+mod adaptive;
+mod controller;
 mod token_bucket;
 
+pub use controller::{Adaptive, Feedback, Fixed, RateController};
 pub use token_bucket::TokenBucket;
 
 /// Parses a rate such as `500M`, `1.5G`, `800k` or `100000` as bits per

@@ -1,0 +1,171 @@
+//! The default controller for the rate-based channel: find the bottleneck,
+//! treat random loss as noise, back off on rising queueing delay and on
+//! clustered loss, and cap at `--rate` when given.
+//!
+//! The algorithm, per receiver report (one every feedback interval):
+//!
+//! 1. **Signals.** Delivered rate (arrived bytes / interval); the loss rate;
+//!    queueing delay = this report's minimum one-way delay minus the
+//!    smallest one-way delay seen in the last 10 s (clocks need not agree:
+//!    only differences count).
+//! 2. **Capacity estimate.** Random loss does not mean the path is full, so
+//!    the delivered rate is scaled back up by the loss it saw,
+//!    `delivered / (1 - loss)`, and the bottleneck estimate is the largest
+//!    such value over the last 8 reports.
+//! 3. **Congestion** is queueing delay above `max(10 ms, 25% of the base
+//!    one-way delay)`, or clustered loss (a run of 8 or more datagrams lost
+//!    in a row). Either sets the rate to 85% of what was delivered, resets
+//!    the estimate to it, and leaves startup.
+//! 4. **Startup** doubles the rate each report until the delivered rate
+//!    falls below 85% of what was sent (the bottleneck is full) or
+//!    congestion shows; then the rate drops to 90% of the estimate for one
+//!    report to drain the queue it built.
+//! 5. **Cruise** paces at the estimate times a gain that cycles over eight
+//!    reports: 1.15 once (probe for more), 0.9 once (drain), then 1.0.
+//! 6. **Silence.** With no report for a while the rate halves; when reports
+//!    come back far below the old estimate, startup runs again.
+//!
+//! The rate never exceeds the cap and never falls below 64 KiB/s.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::controller::{Feedback, RateController};
+
+const FLOOR: f64 = 64.0 * 1024.0;
+const ESTIMATE_WINDOW: usize = 8;
+const BASE_DELAY_WINDOW: Duration = Duration::from_secs(10);
+const MIN_QUEUE_DELAY: Duration = Duration::from_millis(10);
+const CLUSTER_RUN: u64 = 8;
+const GAINS: [f64; 8] = [1.15, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Startup,
+    Drain,
+    Cruise,
+}
+
+pub struct Adaptive {
+    rate: f64,
+    cap: Option<f64>,
+    phase: Phase,
+    estimates: VecDeque<f64>,
+    /// (time, one-way delay) samples for the windowed minimum.
+    delays: VecDeque<(Duration, Duration)>,
+    cycle: usize,
+    /// Reports that showed congestion, for the summary.
+    pub congestion_events: u64,
+}
+
+impl Adaptive {
+    /// Starts at `initial` bytes per second, never above `cap`.
+    pub fn new(initial: u64, cap: Option<u64>) -> Adaptive {
+        let cap = cap.map(|c| c as f64);
+        let rate = (initial as f64).max(FLOOR).min(cap.unwrap_or(f64::MAX));
+        Adaptive {
+            rate,
+            cap,
+            phase: Phase::Startup,
+            estimates: VecDeque::new(),
+            delays: VecDeque::new(),
+            cycle: 0,
+            congestion_events: 0,
+        }
+    }
+
+    fn estimate(&self) -> f64 {
+        self.estimates.iter().copied().fold(0.0, f64::max)
+    }
+
+    fn base_delay(&mut self, now: Duration, sample: Duration) -> Duration {
+        while self
+            .delays
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_sub(t) > BASE_DELAY_WINDOW)
+        {
+            self.delays.pop_front();
+        }
+        // Keep the deque increasing in delay so the front is the minimum.
+        while self.delays.back().is_some_and(|&(_, d)| d >= sample) {
+            self.delays.pop_back();
+        }
+        self.delays.push_back((now, sample));
+        self.delays.front().map(|&(_, d)| d).unwrap_or(sample)
+    }
+
+    fn set(&mut self, rate: f64) {
+        self.rate = rate.max(FLOOR).min(self.cap.unwrap_or(f64::MAX));
+    }
+
+    pub fn in_startup(&self) -> bool {
+        self.phase == Phase::Startup
+    }
+}
+
+impl RateController for Adaptive {
+    fn rate(&self) -> u64 {
+        self.rate as u64
+    }
+
+    fn on_feedback(&mut self, now: Duration, fb: &Feedback) {
+        let delivered = fb.delivery_rate();
+        let loss = fb.loss_rate().min(0.5);
+        let capacity = delivered / (1.0 - loss);
+        self.estimates.push_back(capacity);
+        if self.estimates.len() > ESTIMATE_WINDOW {
+            self.estimates.pop_front();
+        }
+        let base = self.base_delay(now, fb.min_one_way);
+        let queueing = fb.min_one_way.saturating_sub(base);
+        let threshold = MIN_QUEUE_DELAY.max(base / 4);
+        let congested = queueing > threshold || fb.longest_loss_run >= CLUSTER_RUN;
+        if congested {
+            self.congestion_events += 1;
+            self.estimates.clear();
+            self.estimates.push_back(delivered);
+            self.phase = Phase::Cruise;
+            self.cycle = 2;
+            self.set(delivered * 0.85);
+            return;
+        }
+        match self.phase {
+            Phase::Startup => {
+                if capacity < self.rate * 0.85 {
+                    self.phase = Phase::Drain;
+                    let est = self.estimate();
+                    self.set(est * 0.9);
+                } else {
+                    let r = self.rate * 2.0;
+                    self.set(r);
+                }
+            }
+            Phase::Drain => {
+                self.phase = Phase::Cruise;
+                self.cycle = 0;
+                let est = self.estimate();
+                self.set(est);
+            }
+            Phase::Cruise => {
+                let est = self.estimate();
+                if est < self.rate * 0.25 {
+                    // Far below where we were (after an outage): look again.
+                    self.phase = Phase::Startup;
+                    self.set(est.max(FLOOR));
+                    return;
+                }
+                self.cycle = (self.cycle + 1) % GAINS.len();
+                self.set(est * GAINS[self.cycle]);
+            }
+        }
+    }
+
+    fn on_feedback_timeout(&mut self, _now: Duration) {
+        let r = self.rate / 2.0;
+        self.set(r);
+    }
+
+    fn name(&self) -> &'static str {
+        "adaptive"
+    }
+}
