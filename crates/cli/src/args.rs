@@ -73,7 +73,7 @@ pub struct CpArgs {
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
     /// Block size: 64K to 16M.
-    #[arg(long, default_value = "4M", value_parser = parse_block_size)]
+    #[arg(long, default_value = "1M", value_parser = parse_block_size)]
     pub block_size: u32,
     /// TCP congestion control (default: bbr where the kernel offers it).
     #[arg(long, value_name = "NAME")]
