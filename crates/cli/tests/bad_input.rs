@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use netem::testing::{is_root, require_root};
 
 #[test]
 fn unknown_host_and_refused_port_exit_3() {
@@ -299,7 +300,7 @@ impl Drop for Mount {
 
 #[test]
 fn disk_full_exit_9_and_nothing_left() {
-    if need_root("the disk-full test (mounts a 2 MiB tmpfs)") {
+    if !require_root("the disk-full test (mounts a 2 MiB tmpfs)") {
         return;
     }
     let env = Env::new();

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use netem::testing::{require_root, unique_name};
+use netem::testing::{require_emulator, unique_name};
 use netem::{Emulator, EmulatorConfig, ADDR_B};
 use netsim::LinkConfig;
 
@@ -64,7 +64,7 @@ fn cp_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn push_and_pull_across_a_long_lossy_link() {
-    if !require_root("the haul-over-WAN test") {
+    if !require_emulator("the haul-over-WAN test") {
         return;
     }
     // 200 Mbit/s, 60 ms RTT, 0.5% loss and 0.5% reordering each way.

@@ -33,16 +33,13 @@ pub fn add(name: &str) -> io::Result<()> {
         ])
         .output()?;
     if !out.status.success() {
-        tracing_free_warn(&format!(
-            "could not disable IPv6 in {name}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        let why = String::from_utf8_lossy(&out.stderr);
+        eprintln!(
+            "haul-netem: could not disable IPv6 in {name}: {}",
+            why.trim()
+        );
     }
     Ok(())
-}
-
-fn tracing_free_warn(msg: &str) {
-    eprintln!("haul-netem: {msg}");
 }
 
 pub fn delete(name: &str) {

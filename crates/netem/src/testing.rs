@@ -9,16 +9,30 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// True when the test may go on. Prints `SKIPPED: ...` and returns false
-/// when not root; panics instead when `CI=true`.
+/// True when the test may go on: the process is root. Otherwise prints
+/// `SKIPPED: ...` and returns false, or panics when `CI=true`, since CI
+/// runs as root and must run every test.
 pub fn require_root(what: &str) -> bool {
-    if is_root() && std::path::Path::new("/dev/net/tun").exists() {
+    allowed(is_root(), what, "root")
+}
+
+/// Like [`require_root`], for tests that also need `/dev/net/tun`.
+pub fn require_emulator(what: &str) -> bool {
+    allowed(
+        is_root() && std::path::Path::new("/dev/net/tun").exists(),
+        what,
+        "root and /dev/net/tun",
+    )
+}
+
+fn allowed(ok: bool, what: &str, needs: &str) -> bool {
+    if ok {
         return true;
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{what} needs root and /dev/net/tun, and CI must run it");
+        panic!("{what} needs {needs}, and CI must run it");
     }
-    eprintln!("SKIPPED: {what} needs root and /dev/net/tun (run the suite as root to include it)");
+    eprintln!("SKIPPED: {what} needs {needs} (run the suite as root to include it)");
     false
 }
 

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-use netem::testing::{require_root, unique_name};
+use netem::testing::{require_emulator, unique_name};
 use netem::{Emulator, EmulatorConfig, ADDR_A, ADDR_B};
 use netsim::LinkConfig;
 
@@ -42,7 +42,7 @@ fn socket_in_a(emu: &Emulator) -> UdpSocket {
 
 #[test]
 fn round_trip_time_matches_the_delay() {
-    if !require_root("the emulator RTT test") {
+    if !require_emulator("the emulator RTT test") {
         return;
     }
     let emu = emulator(
@@ -86,7 +86,7 @@ fn round_trip_time_matches_the_delay() {
 
 #[test]
 fn bulk_tcp_flow_runs_at_the_rate() {
-    if !require_root("the emulator rate test") {
+    if !require_emulator("the emulator rate test") {
         return;
     }
     let link = LinkConfig {
@@ -133,7 +133,7 @@ fn bulk_tcp_flow_runs_at_the_rate() {
 
 #[test]
 fn random_loss_and_an_outage() {
-    if !require_root("the emulator loss test") {
+    if !require_emulator("the emulator loss test") {
         return;
     }
     let link = LinkConfig {

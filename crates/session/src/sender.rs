@@ -169,18 +169,29 @@ impl SenderSession {
         Ok(())
     }
 
+    /// The file a receiver's ack or nack names, if the block is within it.
+    fn block_of<'a>(
+        files: &'a mut HashMap<u32, SendFile>,
+        what: &str,
+        file: u32,
+        index: u32,
+    ) -> Result<&'a mut SendFile, SenderError> {
+        files
+            .get_mut(&file)
+            .filter(|f| (index as usize) < f.acked.len())
+            .ok_or_else(|| {
+                SenderError::Protocol(format!("{what} for block {index} of unknown file {file}"))
+            })
+    }
+
     /// A control message from the receiver.
     pub fn handle(&mut self, msg: Msg, now: Instant) -> Result<(), SenderError> {
         match msg {
             Msg::Acks(list) => {
                 for (file, index) in list {
                     self.sched.acked(file, index, now);
-                    let f = self.files.get_mut(&file).ok_or_else(|| {
-                        SenderError::Protocol(format!("ack for unknown file {file}"))
-                    })?;
-                    let slot = f.acked.get_mut(index as usize).ok_or_else(|| {
-                        SenderError::Protocol(format!("ack for block {index} beyond file {file}"))
-                    })?;
+                    let f = Self::block_of(&mut self.files, "ack", file, index)?;
+                    let slot = &mut f.acked[index as usize];
                     if !*slot {
                         *slot = true;
                         self.acked_bytes +=
@@ -189,23 +200,12 @@ impl SenderSession {
                 }
             }
             Msg::Nack { file, index } => {
-                let known = self
-                    .files
-                    .get(&file)
-                    .is_some_and(|f| (index as usize) < f.hashes.len());
-                if !known {
-                    return Err(SenderError::Protocol(format!(
-                        "nack for block {index} of unknown file {file}"
-                    )));
-                }
+                let path = Self::block_of(&mut self.files, "nack", file, index)?
+                    .path
+                    .clone();
                 let tries = self.nacks.entry((file, index)).or_insert(0);
                 *tries += 1;
                 if *tries > MAX_NACKS {
-                    let path = self
-                        .files
-                        .get(&file)
-                        .map(|f| f.path.clone())
-                        .unwrap_or_default();
                     return Err(SenderError::Corrupted {
                         path,
                         index,

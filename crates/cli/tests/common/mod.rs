@@ -269,31 +269,6 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
     }
 }
 
-pub fn is_root() -> bool {
-    // SAFETY-free: read the effective uid from /proc.
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-/// Skips (returns true, with a printed reason) when not root, except under
-/// CI where it fails: CI runs as root and must run every test.
-pub fn need_root(what: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{what} needs root, and CI must run it");
-    }
-    eprintln!("SKIPPED: {what} needs root (run the suite as root to include it)");
-    true
-}
-
 pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
