@@ -9,7 +9,8 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     name = "haul",
     version,
     about = "Fast, verified, encrypted bulk data mover for long fat networks",
-    long_about = "haul moves files and directory trees between hosts over parallel TCP streams.\n\
+    long_about = "haul moves files and directory trees between hosts over parallel TCP streams\n\
+or a rate-controlled UDP channel.\n\
 Every block is hashed and every file verified before it appears under its final name;\n\
 peers authenticate with static keys (Noise XX) and every frame is sealed with an AEAD.",
     after_help = crate::exit::HELP
@@ -41,9 +42,15 @@ Examples:
   haul cp -r dtn1:/data/run42 ./            pull a tree
   haul cp --no-encrypt --streams 16 dtn1:/data/x /dev/null
 
-Streams: without --streams haul opens enough streams for their windows to
-cover 10 Gbit/s (or --rate) at the measured RTT, at least one per core up to
-4, at most 16.
+Transport: by default (--transport auto) data travels over the UDP channel
+when the round trip is 10 ms or more, and over parallel TCP streams on
+shorter paths or when UDP is blocked. The UDP channel paces datagrams at a
+rate it finds by itself (treating random loss as noise, backing off when
+queues grow) and re-sends what the receiver reports missing.
+
+Streams: without --streams haul opens enough TCP streams for their windows
+to cover 10 Gbit/s (or --rate) at the measured RTT, at least one per core up
+to 4, at most 16.
 
 ";
 
@@ -69,9 +76,15 @@ pub struct CpArgs {
     /// them (for trusted links; control stays encrypted).
     #[arg(long)]
     pub no_encrypt: bool,
-    /// Cap the sending rate, in bits per second: 500M, 1.5G, 800k.
+    /// Cap the sending rate, in bits per second: 500M, 1.5G, 800k. A hard
+    /// cap on either transport.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
+    /// How data travels: tcp (parallel streams), udp (one rate-controlled
+    /// datagram channel), or auto (udp when the RTT is 10 ms or more and
+    /// UDP gets through, tcp otherwise).
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
+    pub transport: TransportArg,
     /// Block size: 64K to 16M.
     #[arg(long, default_value = "1M", value_parser = parse_block_size)]
     pub block_size: u32,
@@ -95,6 +108,13 @@ pub struct CpArgs {
     pub connect_timeout: u64,
     #[command(flatten)]
     pub common: Common,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TransportArg {
+    Tcp,
+    Udp,
+    Auto,
 }
 
 #[derive(Args)]

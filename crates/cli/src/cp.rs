@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use driver::net::Tuning;
-use driver::{ClientConfig, Connected, TransferError, DEFAULT_PORT};
+use driver::{ClientConfig, Connected, TransferError, Transport, DEFAULT_PORT};
 use secure::{Keypair, Protection};
 use store::{Destination, Root, Sink};
 use wire::ErrorCode;
 
-use crate::args::CpArgs;
+use crate::args::{CpArgs, TransportArg};
 use crate::location::Location;
 use crate::report::{self, Bar};
 use crate::{exit, home};
@@ -171,9 +171,14 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
         block_size: a.block_size,
         protection,
         rate: a.rate,
+        transport: match a.transport {
+            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Udp => Transport::Udp,
+            TransportArg::Auto => Transport::Auto,
+        },
         tuning: Tuning::auto(a.cc.clone()),
         connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
-        on_new_host_key: Some(Box::new(|m| eprintln!("haul: {m}"))),
+        notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
     };
     let show = !a.quiet && !a.json;
     let (direction, report) = match plan {

@@ -74,6 +74,28 @@ pub struct Json<'a> {
     pub rtt_ms: f64,
     pub protection: &'a str,
     pub stream_window_bytes: u64,
+    /// "tcp" or "udp".
+    pub transport: &'a str,
+    /// Present when the UDP channel carried the data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpJson>,
+}
+
+#[derive(Serialize)]
+pub struct UdpJson {
+    pub datagram_bytes: u64,
+    pub datagrams_sent: u64,
+    pub datagrams_retransmitted: u64,
+    pub datagrams_lost: u64,
+    pub datagrams_received: u64,
+    /// Bits per second on the wire, averaged over the transfer.
+    pub average_rate_bps: f64,
+    /// The sender's rate when the transfer ended, bits per second.
+    pub final_rate_bps: f64,
+    /// Datagrams the receiving host dropped for lack of socket buffer.
+    pub receiver_drops: u64,
+    pub receive_buffer_bytes: u64,
+    pub receive_buffer_capped: bool,
 }
 
 pub fn json(r: &Report, direction: &str) -> String {
@@ -91,6 +113,19 @@ pub fn json(r: &Report, direction: &str) -> String {
         rtt_ms: r.rtt.as_secs_f64() * 1e3,
         protection: r.protection.name(),
         stream_window_bytes: r.stream_window,
+        transport: if r.udp.is_some() { "udp" } else { "tcp" },
+        udp: r.udp.map(|u| UdpJson {
+            datagram_bytes: u.payload,
+            datagrams_sent: u.sent,
+            datagrams_retransmitted: u.resent,
+            datagrams_lost: u.lost,
+            datagrams_received: u.received,
+            average_rate_bps: r.wire_bytes as f64 * 8.0 / secs,
+            final_rate_bps: u.final_rate as f64 * 8.0,
+            receiver_drops: u.drops,
+            receive_buffer_bytes: u.buffer,
+            receive_buffer_capped: u.buffer_capped,
+        }),
     })
     .expect("plain struct serializes")
 }
@@ -140,6 +175,9 @@ pub fn text(r: &Report) -> String {
         0.0
     };
     let limit = window_limit(r);
+    if let Some(u) = &r.udp {
+        return udp_text(r, u, secs, goodput, overhead);
+    }
     let note = if s.file_bytes >= 64 << 20 && goodput * 1.5 > limit {
         format!(
             "\n  note: the OS caps each stream's TCP window near {}, so {} streams reach at most {} at this RTT; \
@@ -166,4 +204,53 @@ pub fn text(r: &Report) -> String {
         r.rtt.as_secs_f64() * 1e3,
         r.retransmitted.max(s.bad_blocks),
     ) + &note
+}
+
+/// The summary of a transfer over the UDP channel: datagrams sent, re-sent
+/// and lost, the average and final rates, and receiver overload (the
+/// counterpart of Tsunami's performance figure).
+fn udp_text(r: &Report, u: &driver::UdpReport, secs: f64, goodput: f64, overhead: f64) -> String {
+    let s = &r.summary;
+    let pct = |a: u64, b: u64| {
+        if b > 0 {
+            a as f64 * 100.0 / b as f64
+        } else {
+            0.0
+        }
+    };
+    let mut out = format!(
+        "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
+         wire {} ({overhead:.1}% of file bytes), UDP {}-byte datagrams, {}, rtt {:.1} ms\n  \
+         datagrams sent {}, re-sent {} ({:.2}%), lost {}; rate average {}, final {}",
+        s.files,
+        if s.files == 1 { "" } else { "s" },
+        bytes(s.file_bytes),
+        secs,
+        bits_per_sec(goodput),
+        bytes(r.wire_bytes),
+        u.payload,
+        r.protection.name(),
+        r.rtt.as_secs_f64() * 1e3,
+        u.sent,
+        u.resent,
+        pct(u.resent, u.sent),
+        u.lost,
+        bits_per_sec(r.wire_bytes as f64 * 8.0 / secs),
+        bits_per_sec(u.final_rate as f64 * 8.0),
+    );
+    if u.drops > 0 {
+        out += &format!(
+            "\n  note: the receiving host dropped {} datagrams for lack of socket buffer{}",
+            u.drops,
+            if u.buffer_capped {
+                format!(
+                    " ({} granted, capped by net.core.rmem_max; raise it or run as root)",
+                    bytes(u.buffer)
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    out
 }

@@ -11,20 +11,62 @@ use session::{ReceiverSession, SenderSession};
 use store::{Sink, Sources, Walked};
 use wire::{
     ErrorCode, Msg, Op, Request, Summary, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305,
-    PROTECT_INTEGRITY_ONLY,
+    PROTECT_INTEGRITY_ONLY, TRANSPORT_TCP, TRANSPORT_UDP,
 };
 
-use crate::engine::{run_receiver, run_sender};
+use crate::datagram::{self, setup, UdpLink};
+use crate::engine::{run_receiver, run_sender, RecvPath, SendPath};
 use crate::error::TransferError;
 use crate::framed::{FrameReader, FrameWriter};
 use crate::handshake;
 use crate::join::{client_join, keyed, DataConn};
 use crate::net::{self, BufferLimits, Tuning};
 use crate::progress::Progress;
-use crate::server::{CONTROL_PROTECTION, SEND_WINDOW};
+use crate::server::{size_udp_buffers, CONTROL_PROTECTION, SEND_WINDOW, UDP_SEND_WINDOW};
 
 /// A callback that shows a one-line notice to the user.
 pub type Notice = Box<dyn Fn(&str) + Send>;
+
+/// How blocks travel (`--transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Udp,
+    /// UDP on long paths, TCP otherwise: see [`choose_transport`].
+    Auto,
+}
+
+/// Round trip from which `--transport auto` picks the UDP channel.
+pub const AUTO_UDP_RTT: Duration = Duration::from_millis(10);
+
+/// The `--transport auto` rule (documented in docs/PROTOCOL.md, P-23): the
+/// UDP channel when the handshake's round trip is at least
+/// [`AUTO_UDP_RTT`], where TCP's loss recovery and window limits cost the
+/// most; TCP streams on short paths, where the kernel's TCP is cheaper
+/// than user-space pacing. If the UDP channel cannot be set up (a
+/// firewall), auto falls back to TCP and says so.
+pub fn choose_transport(t: Transport, rtt: Duration) -> Transport {
+    match t {
+        Transport::Auto if rtt >= AUTO_UDP_RTT => Transport::Udp,
+        Transport::Auto => Transport::Tcp,
+        t => t,
+    }
+}
+
+/// What the UDP channel did, for the summary.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UdpReport {
+    pub payload: u64,
+    pub sent: u64,
+    pub resent: u64,
+    pub lost: u64,
+    pub received: u64,
+    /// The sending rate at the end, bytes per second.
+    pub final_rate: u64,
+    pub drops: u64,
+    pub buffer: u64,
+    pub buffer_capped: bool,
+}
 
 pub struct ClientConfig {
     pub identity: Keypair,
@@ -38,10 +80,12 @@ pub struct ClientConfig {
     pub protection: Protection,
     /// Bytes per second.
     pub rate: Option<u64>,
+    pub transport: Transport,
     pub tuning: Tuning,
     pub connect_timeout: Duration,
-    /// Called when a server key is pinned for the first time.
-    pub on_new_host_key: Option<Notice>,
+    /// Shows the user a notice: a server key pinned for the first time, a
+    /// fallback from UDP to TCP.
+    pub notice: Option<Notice>,
 }
 
 /// What the CLI prints at the end.
@@ -55,6 +99,8 @@ pub struct Report {
     pub rtt: Duration,
     pub protection: Protection,
     pub stream_window: u64,
+    /// Present when the UDP channel carried the data.
+    pub udp: Option<UdpReport>,
 }
 
 /// What the report needs once the connection is consumed.
@@ -68,7 +114,20 @@ struct Tail {
 impl Tail {
     fn report(&self, summary: Summary, streams: u16, retransmitted: u64, window: u64) -> Report {
         let p = &self.progress;
+        let get = Progress::get;
+        let udp = (get(&p.udp_payload) > 0).then(|| UdpReport {
+            payload: get(&p.udp_payload),
+            sent: get(&p.dgrams_sent),
+            resent: get(&p.dgrams_resent),
+            lost: get(&p.dgrams_lost),
+            received: get(&p.dgrams_received),
+            final_rate: get(&p.udp_rate),
+            drops: get(&p.udp_drops),
+            buffer: get(&p.udp_buffer),
+            buffer_capped: get(&p.udp_buffer_capped) != 0,
+        });
         Report {
+            udp,
             duration: self.started.elapsed(),
             summary,
             wire_bytes: Progress::get(&p.wire_tx) + Progress::get(&p.wire_rx),
@@ -79,6 +138,12 @@ impl Tail {
             stream_window: window,
         }
     }
+}
+
+/// How the data will travel, once the server has accepted.
+enum DataPlan {
+    Tcp(Vec<DataConn>),
+    Udp(Box<UdpLink>),
 }
 
 /// An authenticated control connection, ready for one request.
@@ -185,7 +250,7 @@ impl Connected {
             HostKeyStatus::Known => Ok(()),
             HostKeyStatus::Unknown => {
                 known.add(&label, key).map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
-                if let Some(f) = &cfg.on_new_host_key {
+                if let Some(f) = &cfg.notice {
                     f(&format!("pinned the key of new server {label} ({}) in {}", key.fingerprint(), known.path().display()));
                 }
                 Ok(())
@@ -264,7 +329,7 @@ impl Connected {
         recursive: bool,
         many_sources: bool,
         streams: u16,
-    ) -> Result<Vec<DataConn>, TransferError> {
+    ) -> Result<DataPlan, TransferError> {
         let protection = match self.cfg.protection {
             Protection::Aes256Gcm => PROTECT_AES256GCM,
             Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
@@ -280,12 +345,21 @@ impl Connected {
             block_size: self.cfg.block_size,
             protection,
             rate: self.cfg.rate.unwrap_or(0),
+            transport: match choose_transport(self.cfg.transport, self.rtt) {
+                Transport::Udp => TRANSPORT_UDP,
+                _ => TRANSPORT_TCP,
+            },
         };
+        let asked_udp = req.transport == TRANSPORT_UDP;
         self.ctrl_w
             .send_msg(&Msg::Request(req))
             .map_err(|e| TransferError::lost("sending the request", &e))?;
-        let (session, streams) = match self.ctrl_r.read_msg() {
-            Ok(Some(Msg::Accept { session, streams })) => (session, streams),
+        let (session, streams, udp_port) = match self.ctrl_r.read_msg() {
+            Ok(Some(Msg::Accept {
+                session,
+                streams,
+                udp_port,
+            })) => (session, streams, udp_port),
             Ok(Some(Msg::Error { code, message })) => {
                 return Err(TransferError::new(code, format!("server: {message}")))
             }
@@ -315,6 +389,37 @@ impl Connected {
             return Err(TransferError::new(ErrorCode::Protocol, message));
         }
         let progress = self.progress();
+        if asked_udp {
+            match self.udp_setup(udp_port) {
+                Ok(link) => {
+                    self.ctrl_w
+                        .send_msg(&Msg::UseTransport {
+                            udp_payload: link.payload as u16,
+                        })
+                        .map_err(|e| TransferError::lost("confirming the UDP channel", &e))?;
+                    return Ok(DataPlan::Udp(Box::new(link)));
+                }
+                Err(why) if self.cfg.transport == Transport::Udp => {
+                    let message = format!("UDP data channel failed: {why}; try --transport tcp");
+                    let _ = self.ctrl_w.send_msg(&Msg::Error {
+                        code: ErrorCode::Connect,
+                        message: message.clone(),
+                    });
+                    return Err(TransferError::new(ErrorCode::Connect, message));
+                }
+                Err(why) => {
+                    if let Some(f) = &self.cfg.notice {
+                        f(&format!(
+                            "UDP data channel unavailable ({why}); using TCP streams"
+                        ));
+                    }
+                    tracing::info!("UDP data channel unavailable ({why}); using TCP streams");
+                    self.ctrl_w
+                        .send_msg(&Msg::UseTransport { udp_payload: 0 })
+                        .map_err(|e| TransferError::lost("falling back to TCP", &e))?;
+                }
+            }
+        }
         Progress::set(&progress.streams, streams as u64);
         // The RTT is known now: where buffers can be forced, size each data
         // connection's to its share of the path's BDP instead of the maximum.
@@ -327,7 +432,43 @@ impl Connected {
                 let s = dial_with(&self.addr, &self.cfg, &tuning)?;
                 client_join(s, &self.keys, i, self.cfg.protection, &progress)
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()
+            .map(DataPlan::Tcp)
+    }
+
+    /// Sets up the UDP channel to the server's `port`: hello, path-MTU
+    /// probes, buffers sized to the path.
+    fn udp_setup(&self, port: u16) -> Result<UdpLink, String> {
+        if port == 0 {
+            return Err("the server offered no UDP port".into());
+        }
+        let server = SocketAddr::new(self.addr.ip(), port);
+        let local: SocketAddr = if server.is_ipv6() {
+            "[::]:0".parse().expect("literal")
+        } else {
+            "0.0.0.0:0".parse().expect("literal")
+        };
+        let mut channel = udp::UdpChannel::bind(local).map_err(|e| e.to_string())?;
+        let (send_key, recv_key) = datagram::keys(&self.keys, self.cfg.protection, true);
+        let payload = setup::client(
+            &mut channel,
+            server,
+            self.keys.session_id(),
+            &send_key,
+            &recv_key,
+            self.rtt,
+        )
+        .map_err(|e| e.0)?;
+        size_udp_buffers(&channel, &self.cfg.tuning, &self.progress);
+        Ok(UdpLink {
+            channel,
+            send_key,
+            recv_key,
+            payload,
+            rtt: self.rtt,
+            workers: datagram::workers(),
+            backlog: Vec::new(),
+        })
     }
 
     /// The counters of this connection, for a progress display.
@@ -374,22 +515,28 @@ impl Connected {
                 .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
                 .count() as u64,
         );
-        let conns = self.request(
+        let plan = self.request(
             Op::Push,
             vec![dest.to_string()],
             recursive,
             many_sources,
             streams,
         )?;
-        let streams = conns.len() as u16;
         let sources = Sources::new(walked.paths);
-        let session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
-        let writers = conns.into_iter().map(|c| c.writer).collect();
+        let (path, streams, window_bytes) = match plan {
+            DataPlan::Tcp(conns) => {
+                let n = conns.len() as u16;
+                let writers = conns.into_iter().map(|c| c.writer).collect();
+                (SendPath::Tcp(writers), n, SEND_WINDOW)
+            }
+            DataPlan::Udp(link) => (SendPath::Udp(link), 0, UDP_SEND_WINDOW),
+        };
+        let session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
         let (rate, progress, tail) = (self.cfg.rate, self.progress.clone(), self.tail());
         let r = run_sender(
             self.ctrl_r,
             self.ctrl_w,
-            writers,
+            path,
             session,
             &sources,
             rate,
@@ -406,15 +553,22 @@ impl Connected {
         sink: &Sink,
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
-        let conns = self.request(Op::Pull, sources, recursive, false, streams)?;
-        let streams = conns.len() as u16;
-        let readers = conns.into_iter().map(|c| c.reader).collect();
+        let (path, streams) = match self.request(Op::Pull, sources, recursive, false, streams)? {
+            DataPlan::Tcp(conns) => {
+                let n = conns.len() as u16;
+                (
+                    RecvPath::Tcp(conns.into_iter().map(|c| c.reader).collect()),
+                    n,
+                )
+            }
+            DataPlan::Udp(link) => (RecvPath::Udp(link), 0),
+        };
         let (block_size, progress, tail) =
             (self.cfg.block_size, self.progress.clone(), self.tail());
         let summary = run_receiver(
             self.ctrl_r,
             self.ctrl_w,
-            readers,
+            path,
             ReceiverSession::new(block_size),
             sink,
             &progress,

@@ -24,6 +24,7 @@ use session::{block_hash, Action, BlockVerdict, Next, ReceiverSession, SenderSes
 use store::{Sink, Sources};
 use wire::{BlockHeader, ErrorCode, Msg, Summary, BLOCK_HEADER_LEN};
 
+use crate::datagram::UdpLink;
 use crate::error::TransferError;
 use crate::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
 use crate::progress::Progress;
@@ -36,15 +37,15 @@ const REASON_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for the peer to close after the transfer is complete.
 const LINGER: Duration = Duration::from_secs(30);
 
-struct Shared<'a, S> {
-    state: Mutex<S>,
-    cv: Condvar,
+pub(crate) struct Shared<'a, S> {
+    pub(crate) state: Mutex<S>,
+    pub(crate) cv: Condvar,
     error: Mutex<Option<TransferError>>,
     stop: AtomicBool,
     done: AtomicBool,
     sockets: Vec<TcpStream>,
     ctrl: Mutex<FrameWriter>,
-    progress: &'a Progress,
+    pub(crate) progress: &'a Progress,
 }
 
 impl<'a, S> Shared<'a, S> {
@@ -61,21 +62,21 @@ impl<'a, S> Shared<'a, S> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, S> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, S> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 
-    fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 
     /// Records the first error, tells the peer if `ours`, and unblocks
     /// every thread. Errors after a completed transfer are ignored.
-    fn fail(&self, e: TransferError, ours: bool) {
+    pub(crate) fn fail(&self, e: TransferError, ours: bool) {
         if self.is_done() {
             return;
         }
@@ -106,7 +107,7 @@ impl<'a, S> Shared<'a, S> {
     /// For a broken data connection: the peer usually said why on the
     /// control connection just before closing, so give the control reader
     /// a moment to deliver that reason before settling for "connection lost".
-    fn fail_transport(&self, e: TransferError) {
+    pub(crate) fn fail_transport(&self, e: TransferError) {
         let deadline = Instant::now() + REASON_WAIT;
         while Instant::now() < deadline && !self.stopped() && !self.is_done() {
             std::thread::sleep(Duration::from_millis(10));
@@ -145,7 +146,7 @@ impl<'a, S> Shared<'a, S> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    fn send_all(&self, msgs: &[Msg]) -> bool {
+    pub(crate) fn send_all(&self, msgs: &[Msg]) -> bool {
         let mut c = self.ctrl.lock().unwrap_or_else(|p| p.into_inner());
         for m in msgs {
             if let Err(e) = c.send_msg(m) {
@@ -177,6 +178,17 @@ fn clones(
     Ok(v)
 }
 
+/// How blocks travel: the TCP data connections, or the UDP channel.
+pub enum SendPath {
+    Tcp(Vec<FrameWriter>),
+    Udp(Box<UdpLink>),
+}
+
+pub enum RecvPath {
+    Tcp(Vec<FrameReader>),
+    Udp(Box<UdpLink>),
+}
+
 /// What the sending side learns.
 #[derive(Debug, Clone, Copy)]
 pub struct SenderReport {
@@ -187,9 +199,37 @@ pub struct SenderReport {
 
 /// Runs the sending side until the receiver confirms every file.
 pub fn run_sender(
+    ctrl_r: FrameReader,
+    ctrl_w: FrameWriter,
+    path: SendPath,
+    session: SenderSession,
+    sources: &Sources,
+    rate: Option<u64>,
+    progress: &Progress,
+) -> Result<SenderReport, TransferError> {
+    match path {
+        SendPath::Tcp(data) => {
+            run_sender_with(ctrl_r, ctrl_w, data, None, session, sources, rate, progress)
+        }
+        SendPath::Udp(link) => run_sender_with(
+            ctrl_r,
+            ctrl_w,
+            vec![],
+            Some(*link),
+            session,
+            sources,
+            rate,
+            progress,
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_sender_with(
     mut ctrl_r: FrameReader,
     ctrl_w: FrameWriter,
     data: Vec<FrameWriter>,
+    udp: Option<UdpLink>,
     session: SenderSession,
     sources: &Sources,
     rate: Option<u64>,
@@ -201,12 +241,18 @@ pub fn run_sender(
     )?;
     let sh = Shared::new(session, ctrl_w, sockets, progress);
     let bucket = rate.map(|r| Mutex::new(TokenBucket::new(r, (r / 50).max(256 << 10))));
+    let (acks_tx, acks_rx) = mpsc::channel();
+    let acks_tx = udp.is_some().then_some(acks_tx);
     std::thread::scope(|scope| {
         for w in data {
             let (sh, bucket) = (&sh, bucket.as_ref());
             scope.spawn(move || send_blocks(sh, w, sources, bucket));
         }
-        scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r));
+        if let Some(link) = udp {
+            let sh = &sh;
+            scope.spawn(move || crate::datagram::send::run(sh, link, sources, rate, acks_rx));
+        }
+        scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r, acks_tx));
         // This thread writes control messages.
         loop {
             let msgs: Vec<Msg> = {
@@ -248,10 +294,17 @@ pub fn run_sender(
     })
 }
 
-fn sender_control_reader(sh: &Shared<SenderSession>, r: &mut FrameReader) {
+fn sender_control_reader(
+    sh: &Shared<SenderSession>,
+    r: &mut FrameReader,
+    acks: Option<mpsc::Sender<Vec<(u32, u32)>>>,
+) {
     loop {
         match r.read_msg() {
             Ok(Some(msg)) => {
+                if let (Some(tx), Msg::Acks(list)) = (&acks, &msg) {
+                    let _ = tx.send(list.clone());
+                }
                 let mut st = sh.lock();
                 let remote = matches!(msg, Msg::Error { .. });
                 if let Err(e) = st.handle(msg, Instant::now()) {
@@ -276,14 +329,15 @@ fn sender_control_reader(sh: &Shared<SenderSession>, r: &mut FrameReader) {
     }
 }
 
-fn send_blocks(
+/// Takes the next block from the session, reads it into `buf[at..]` and
+/// hashes it. `None` when there is nothing more to send or the transfer
+/// stopped (any error is recorded).
+pub(crate) fn read_next_block(
     sh: &Shared<SenderSession>,
-    mut w: FrameWriter,
     sources: &Sources,
-    bucket: Option<&Mutex<TokenBucket>>,
-) {
-    let mut buf: Vec<u8> = Vec::new();
-    let data_at = LEN_PREFIX + BLOCK_HEADER_LEN;
+    buf: &mut Vec<u8>,
+    at: usize,
+) -> Option<(session::BlockRef, [u8; 32])> {
     while !sh.stopped() {
         let block = {
             let mut st = sh.lock();
@@ -293,20 +347,34 @@ fn send_blocks(
                     let _ = sh.cv.wait_timeout(st, POLL);
                     continue;
                 }
-                Next::Done => break,
+                Next::Done => return None,
             }
         };
-        buf.resize(data_at + block.len as usize, 0);
-        if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[data_at..]) {
+        buf.resize(at + block.len as usize, 0);
+        if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[at..]) {
             sh.fail(e.into(), true);
-            break;
+            return None;
         }
-        let hash = block_hash(&buf[data_at..]);
+        let hash = block_hash(&buf[at..]);
         if let Err(e) = sh.lock().block_read(&block, hash) {
             sh.fail(e.into(), true);
-            break;
+            return None;
         }
         sh.cv.notify_all();
+        return Some((block, hash));
+    }
+    None
+}
+
+fn send_blocks(
+    sh: &Shared<SenderSession>,
+    mut w: FrameWriter,
+    sources: &Sources,
+    bucket: Option<&Mutex<TokenBucket>>,
+) {
+    let mut buf: Vec<u8> = Vec::new();
+    let data_at = LEN_PREFIX + BLOCK_HEADER_LEN;
+    while let Some((block, hash)) = read_next_block(sh, sources, &mut buf, data_at) {
         let header = BlockHeader {
             file: block.file,
             index: block.index,
@@ -336,18 +404,24 @@ fn send_blocks(
 pub fn run_receiver(
     mut ctrl_r: FrameReader,
     ctrl_w: FrameWriter,
-    data: Vec<FrameReader>,
+    path: RecvPath,
     session: ReceiverSession,
     sink: &Sink,
     progress: &Progress,
 ) -> Result<Summary, TransferError> {
+    let (data, udp) = match path {
+        RecvPath::Tcp(d) => (d, None),
+        RecvPath::Udp(link) => (vec![], Some(link)),
+    };
     let sockets = clones(
         ctrl_r.get_ref(),
         data.iter().map(|r| r.get_ref().try_clone()),
     )?;
     let sh = Shared::new(session, ctrl_w, sockets, progress);
     let (fin_tx, fin_rx) = mpsc::channel::<(u32, u32, i64, u32)>();
+    let block_size = sh.lock().block_size();
     let rx = Receiving {
+        block_size,
         sh: &sh,
         sink,
         fin_tx,
@@ -356,6 +430,9 @@ pub fn run_receiver(
         let rx = &rx;
         for r in data {
             scope.spawn(move || rx.receive_blocks(r));
+        }
+        if let Some(link) = udp {
+            scope.spawn(move || crate::datagram::receive::run(rx, *link));
         }
         scope.spawn(move || rx.control_reader(&mut ctrl_r));
         scope.spawn(move || rx.finalizer(fin_rx));
@@ -400,8 +477,9 @@ pub fn run_receiver(
     Ok(summary)
 }
 
-struct Receiving<'a, 'p> {
-    sh: &'a Shared<'p, ReceiverSession>,
+pub(crate) struct Receiving<'a, 'p> {
+    pub(crate) block_size: u32,
+    pub(crate) sh: &'a Shared<'p, ReceiverSession>,
     sink: &'a Sink,
     fin_tx: mpsc::Sender<(u32, u32, i64, u32)>,
 }
@@ -521,67 +599,73 @@ impl Receiving<'_, '_> {
                 }
             };
             let data = &body[BLOCK_HEADER_LEN..];
-            let hash = block_hash(data);
-            let started = Instant::now();
-            let verdict = loop {
-                let mut st = self.sh.lock();
-                match st.block_arrived(&h, &hash) {
-                    Ok(BlockVerdict::NotReady) => {
-                        if self.sh.stopped() {
-                            return;
-                        }
-                        if started.elapsed() > ENTRY_WAIT {
-                            drop(st);
-                            let e = TransferError::new(
-                                ErrorCode::Protocol,
-                                format!(
-                                    "block for file {} arrived but its entry never did",
-                                    h.file
-                                ),
-                            );
-                            self.sh.fail(e, true);
-                            return;
-                        }
-                        let _ = self.sh.cv.wait_timeout(st, POLL);
-                    }
-                    Ok(v) => break v,
-                    Err(e) => {
-                        drop(st);
-                        self.sh.fail(e.into(), true);
-                        return;
-                    }
-                }
-            };
-            if verdict == BlockVerdict::Rejected {
-                tracing::warn!(
-                    "block {} of file {} failed its hash; asked for it again",
-                    h.index,
-                    h.file
-                );
-                self.sh.cv.notify_all();
-            }
-            if verdict != BlockVerdict::Write {
-                continue;
-            }
-            if let Err(e) = self.sink.write_block(h.file, h.offset, data) {
-                self.sh.fail(e.into(), true);
-                return;
-            }
-            let actions = {
-                let mut st = self.sh.lock();
-                if let Err(e) = st.block_written(h.file, h.index) {
-                    drop(st);
-                    self.sh.fail(e.into(), true);
-                    return;
-                }
-                self.report(&st);
-                Self::drain(&mut st)
-            };
-            if let Err(e) = self.execute(actions) {
-                self.sh.fail(e, true);
+            if self.place(&h, data).is_none() {
                 return;
             }
         }
+    }
+
+    /// Checks a block against its hash and writes it if it is wanted.
+    /// `None`: the transfer stopped (the error, if any, is recorded).
+    pub(crate) fn place(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+        let hash = block_hash(data);
+        let started = Instant::now();
+        let verdict = loop {
+            let mut st = self.sh.lock();
+            match st.block_arrived(h, &hash) {
+                Ok(BlockVerdict::NotReady) => {
+                    if self.sh.stopped() {
+                        return None;
+                    }
+                    if started.elapsed() > ENTRY_WAIT {
+                        drop(st);
+                        let e = TransferError::new(
+                            ErrorCode::Protocol,
+                            format!("block for file {} arrived but its entry never did", h.file),
+                        );
+                        self.sh.fail(e, true);
+                        return None;
+                    }
+                    let _ = self.sh.cv.wait_timeout(st, POLL);
+                }
+                Ok(v) => break v,
+                Err(e) => {
+                    drop(st);
+                    self.sh.fail(e.into(), true);
+                    return None;
+                }
+            }
+        };
+        if verdict == BlockVerdict::Rejected {
+            tracing::warn!(
+                "block {} of file {} failed its hash; asked for it again",
+                h.index,
+                h.file
+            );
+            self.sh.cv.notify_all();
+        }
+        if verdict != BlockVerdict::Write {
+            return Some(verdict);
+        }
+        if let Err(e) = self.sink.write_block(h.file, h.offset, data) {
+            self.sh.fail(e.into(), true);
+            return None;
+        }
+        let actions = {
+            let mut st = self.sh.lock();
+            if let Err(e) = st.block_written(h.file, h.index) {
+                drop(st);
+                self.sh.fail(e.into(), true);
+                return None;
+            }
+            self.report(&st);
+            Self::drain(&mut st)
+        };
+        if let Err(e) = self.execute(actions) {
+            self.sh.fail(e, true);
+            return None;
+        }
+        Some(verdict)
     }
 
     fn finalizer(&self, rx: mpsc::Receiver<(u32, u32, i64, u32)>) {

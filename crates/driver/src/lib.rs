@@ -6,9 +6,12 @@
 //! - [`handshake`]: runs the sans-IO Noise handshake over a connection.
 //! - [`engine`]: the transfer loops shared by client and server: one thread
 //!   per data stream, control reader and writer, and a finalizer.
+//! - [`datagram`]: the UDP data channel's set-up, paced sender and
+//!   receiver, feeding `session::datagram`.
 //! - [`server`] and [`client`]: who connects to whom, and what is asked.
 
 pub mod client;
+pub mod datagram;
 pub mod engine;
 pub mod error;
 pub mod framed;
@@ -18,7 +21,7 @@ pub mod net;
 pub mod progress;
 pub mod server;
 
-pub use client::{ClientConfig, Connected, Report};
+pub use client::{ClientConfig, Connected, Report, Transport, UdpReport};
 pub use error::TransferError;
 pub use progress::Progress;
 pub use server::{serve, ServerConfig};

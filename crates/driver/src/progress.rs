@@ -19,6 +19,22 @@ pub struct Progress {
     pub retransmitted: AtomicU64,
     /// Streams in use.
     pub streams: AtomicU64,
+    /// UDP channel (P-23): datagram payload size in use (0: TCP streams).
+    pub udp_payload: AtomicU64,
+    /// Data datagrams this side sent, and how many of them were re-sends.
+    pub dgrams_sent: AtomicU64,
+    pub dgrams_resent: AtomicU64,
+    /// Datagrams found missing (by this receiver, or as reported to this
+    /// sender).
+    pub dgrams_lost: AtomicU64,
+    pub dgrams_received: AtomicU64,
+    /// The sending rate now, bytes per second (the peer's, on a receiver).
+    pub udp_rate: AtomicU64,
+    /// Datagrams dropped by the receiving host's full socket buffers.
+    pub udp_drops: AtomicU64,
+    /// Receive buffer granted to the UDP socket, and whether the OS capped it.
+    pub udp_buffer: AtomicU64,
+    pub udp_buffer_capped: AtomicU64,
 }
 
 impl Progress {

@@ -14,10 +14,11 @@ use session::{ReceiverSession, SenderSession};
 use store::{walk, Destination, Root, Sink, Sources};
 use wire::{
     ConnKind, ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305,
-    PROTOCOL_VERSION,
+    PROTOCOL_VERSION, TRANSPORT_UDP,
 };
 
-use crate::engine::{run_receiver, run_sender};
+use crate::datagram::{self, setup, UdpLink};
+use crate::engine::{run_receiver, run_sender, RecvPath, SendPath};
 use crate::error::TransferError;
 use crate::framed::FrameWriter;
 use crate::handshake;
@@ -27,6 +28,27 @@ use crate::progress::Progress;
 
 /// In-flight window the sending side allows (unacknowledged bytes).
 pub const SEND_WINDOW: u64 = 512 << 20;
+/// The same over the UDP channel, where the sender holds these bytes in
+/// memory until they are acknowledged (to re-send lost chunks).
+pub const UDP_SEND_WINDOW: u64 = 256 << 20;
+/// Receive buffer asked for a UDP channel socket: about a quarter second at
+/// 2 Gbit/s, so scheduling hiccups do not drop datagrams.
+pub const UDP_BUFFER: usize = 64 << 20;
+/// How long the server waits for the client's hello and choice of transport.
+const UDP_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sizes a UDP channel's buffers and records what the OS granted.
+pub fn size_udp_buffers(channel: &udp::UdpChannel, tuning: &Tuning, progress: &Progress) {
+    let b = channel.size_buffers(UDP_BUFFER, tuning.force_buffer.is_some());
+    Progress::set(&progress.udp_buffer, b.recv as u64);
+    Progress::set(&progress.udp_buffer_capped, b.capped as u64);
+    if b.capped {
+        tracing::info!(
+            "UDP receive buffer capped at {} bytes by net.core.rmem_max; bursts may be dropped (raise it, or run as root)",
+            b.recv
+        );
+    }
+}
 const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct ServerConfig {
@@ -222,7 +244,12 @@ impl Server {
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
                 let bytes = walked.file_bytes();
-                let session = SenderSession::new(walked.entries, req.block_size, SEND_WINDOW);
+                let window = if req.transport == TRANSPORT_UDP {
+                    UDP_SEND_WINDOW
+                } else {
+                    SEND_WINDOW
+                };
+                let session = SenderSession::new(walked.entries, req.block_size, window);
                 Side::Send(Box::new(session), Sources::new(walked.paths), bytes)
             }
             Op::Push => {
@@ -249,6 +276,26 @@ impl Server {
         };
 
         let session_id = est.keys.session_id();
+        // A UDP socket on the address the client reached us at.
+        let udp = if req.transport == TRANSPORT_UDP {
+            let local = ctrl_r
+                .get_ref()
+                .local_addr()
+                .map(|a| SocketAddr::new(a.ip(), 0));
+            match local.and_then(udp::UdpChannel::bind) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!("cannot open a UDP socket for the data channel: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let udp_port = udp
+            .as_ref()
+            .and_then(|c| c.local_addr().ok())
+            .map_or(0, |a| a.port());
         let (tx, rx) = mpsc::channel();
         let joinable = Joinable {
             keys: est.keys.clone(),
@@ -264,9 +311,21 @@ impl Server {
             .send_msg(&Msg::Accept {
                 session: session_id,
                 streams: req.streams,
+                udp_port,
             })
             .map_err(|e| TransferError::lost("accepting the request", &e))
-            .and_then(|()| gather(&rx, req.streams));
+            .and_then(|()| match udp {
+                Some(channel) => self.udp_or_streams(
+                    channel,
+                    &est,
+                    protection,
+                    &mut ctrl_r,
+                    &rx,
+                    &req,
+                    &progress,
+                ),
+                None => gather(&rx, req.streams).map(Plan::Tcp),
+            });
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -277,46 +336,135 @@ impl Server {
                 message: e.message.clone(),
             });
         }
-        let conns = joined?;
-        Progress::set(&progress.streams, conns.len() as u64);
+        let plan = joined?;
+        let (send_path, recv_path, how) = match plan {
+            Plan::Tcp(conns) => {
+                Progress::set(&progress.streams, conns.len() as u64);
+                let how = format!("{} streams", conns.len());
+                let (readers, writers): (Vec<_>, Vec<_>) =
+                    conns.into_iter().map(|c| (c.reader, c.writer)).unzip();
+                (SendPath::Tcp(writers), RecvPath::Tcp(readers), how)
+            }
+            Plan::Udp(link) => {
+                let how = format!("UDP, {}-byte datagrams", link.payload);
+                // Only one of the two is used; the link moves into it.
+                match side {
+                    Side::Send(..) => (SendPath::Udp(link), RecvPath::Tcp(vec![]), how),
+                    Side::Receive(_) => (SendPath::Tcp(vec![]), RecvPath::Udp(link), how),
+                }
+            }
+        };
 
         match side {
             Side::Send(session, sources, bytes) => {
-                let writers = conns.into_iter().map(|c| c.writer).collect();
                 let r = run_sender(
                     ctrl_r,
                     ctrl_w,
-                    writers,
+                    send_path,
                     *session,
                     &sources,
                     rate_of(&req),
                     &progress,
                 )?;
                 Ok(format!(
-                    "sent {} files, {bytes} bytes, over {} streams ({})",
+                    "sent {} files, {bytes} bytes, over {how} ({})",
                     r.summary.files,
-                    req.streams,
                     protection.name()
                 ))
             }
             Side::Receive(sink) => {
-                let readers = conns.into_iter().map(|c| c.reader).collect();
                 let s = run_receiver(
                     ctrl_r,
                     ctrl_w,
-                    readers,
+                    recv_path,
                     ReceiverSession::new(req.block_size),
                     &sink,
                     &progress,
                 )?;
                 Ok(format!(
-                    "received {} files, {} bytes, over {} streams ({})",
+                    "received {} files, {} bytes, over {how} ({})",
                     s.files,
                     s.file_bytes,
-                    req.streams,
                     protection.name()
                 ))
             }
+        }
+    }
+}
+
+/// How the session's data travels, once the client has chosen.
+enum Plan {
+    Tcp(Vec<DataConn>),
+    Udp(Box<UdpLink>),
+}
+
+impl Server {
+    /// After offering UDP: answer the client's hello and probes until it
+    /// says, on the control connection, which transport to use (P-23).
+    #[allow(clippy::too_many_arguments)]
+    fn udp_or_streams(
+        &self,
+        channel: udp::UdpChannel,
+        est: &handshake::Established,
+        protection: Protection,
+        ctrl_r: &mut crate::framed::FrameReader,
+        joined: &mpsc::Receiver<(u16, DataConn)>,
+        req: &Request,
+        progress: &Arc<Progress>,
+    ) -> Result<Plan, TransferError> {
+        let (send_key, recv_key) = datagram::keys(&est.keys, protection, false);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let session = est.keys.session_id();
+        let ((channel, backlog), choice) = std::thread::scope(|scope| {
+            let responder =
+                scope.spawn(|| setup::serve(channel, session, &send_key, &recv_key, &stop));
+            ctrl_r
+                .get_ref()
+                .set_read_timeout(Some(UDP_SETUP_TIMEOUT))
+                .ok();
+            let choice = ctrl_r.read_msg();
+            ctrl_r.get_ref().set_read_timeout(None).ok();
+            stop.store(true, Ordering::Release);
+            let channel = responder.join().expect("responder does not panic");
+            (channel, choice)
+        });
+        match choice {
+            Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
+                tracing::info!("client could not use UDP; falling back to TCP streams");
+                gather(joined, req.streams).map(Plan::Tcp)
+            }
+            Ok(Some(Msg::UseTransport { udp_payload })) => {
+                if channel.peer().is_none() {
+                    return Err(TransferError::new(
+                        ErrorCode::Protocol,
+                        "client chose UDP but no valid hello arrived",
+                    ));
+                }
+                if (udp_payload as usize) < wire::datagram::MIN_PAYLOAD as usize
+                    || udp_payload as usize > udp::MAX_PAYLOAD
+                {
+                    return Err(TransferError::new(
+                        ErrorCode::Protocol,
+                        format!("client chose an impossible datagram size {udp_payload}"),
+                    ));
+                }
+                size_udp_buffers(&channel, &self.cfg.tuning, progress);
+                Ok(Plan::Udp(Box::new(UdpLink {
+                    channel,
+                    send_key,
+                    recv_key,
+                    payload: udp_payload as usize,
+                    rtt: est.rtt,
+                    workers: datagram::workers(),
+                    backlog,
+                })))
+            }
+            Ok(Some(Msg::Error { code, message })) => Err(TransferError::new(code, message)),
+            Ok(_) => Err(TransferError::new(
+                ErrorCode::Protocol,
+                "client sent something else while choosing the transport",
+            )),
+            Err(e) => Err(e.into_transfer("waiting for the client's choice of transport")),
         }
     }
 }

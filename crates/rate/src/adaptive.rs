@@ -12,14 +12,19 @@
 //!    the delivered rate is scaled back up by the loss it saw,
 //!    `delivered / (1 - loss)`, and the bottleneck estimate is the largest
 //!    such value over the last 8 reports.
-//! 3. **Congestion** is queueing delay above `max(10 ms, 25% of the base
-//!    one-way delay)`, or clustered loss (a run of 8 or more datagrams lost
-//!    in a row). Either sets the rate to 85% of what was delivered, resets
+//! 3. **Congestion** is queueing delay above `max(10 ms, rtt / 8)` (a
+//!    quarter of the one-way delay; the clocks' offset hides the base delay
+//!    itself), or clustered loss (a run of 8 or more datagrams lost
+//!    in a row). Either sets the rate to 85% of what was delivered (60%
+//!    when the queueing delay is over four times the threshold), resets
 //!    the estimate to it, and leaves startup.
-//! 4. **Startup** doubles the rate each report until the delivered rate
-//!    falls below 85% of what was sent (the bottleneck is full) or
-//!    congestion shows; then the rate drops to 90% of the estimate for one
-//!    report to drain the queue it built.
+//! 4. **Startup** doubles the rate once per round trip (by
+//!    `2^(interval / rtt)` each report) until congestion shows, or the
+//!    capacity estimate has grown less than 25% in three round trips (the
+//!    bottleneck is full); then the rate drops to 90% of the estimate for
+//!    one report to drain the queue it built. (The sender also caps bytes
+//!    in flight at twice the delivered rate times the round trip, which
+//!    bounds startup's overshoot while its feedback lags.)
 //! 5. **Cruise** paces at the estimate times a gain that cycles over eight
 //!    reports: 1.15 once (probe for more), 0.9 once (drain), then 1.0.
 //! 6. **Silence.** With no report for a while the rate halves; when reports
@@ -38,6 +43,8 @@ const BASE_DELAY_WINDOW: Duration = Duration::from_secs(10);
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(10);
 const CLUSTER_RUN: u64 = 8;
 const GAINS: [f64; 8] = [1.15, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Round trip assumed until the caller gives one.
+const DEFAULT_RTT: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -54,6 +61,12 @@ pub struct Adaptive {
     /// (time, one-way delay) samples for the windowed minimum.
     delays: VecDeque<(Duration, Duration)>,
     cycle: usize,
+    rtt: Duration,
+    /// Startup: best delivery so far, round trips without a 25% gain, and
+    /// when the current round ends.
+    full_rate: f64,
+    flat_rounds: u32,
+    round_end: Duration,
     /// Reports that showed congestion, for the summary.
     pub congestion_events: u64,
 }
@@ -70,8 +83,18 @@ impl Adaptive {
             estimates: VecDeque::new(),
             delays: VecDeque::new(),
             cycle: 0,
+            rtt: DEFAULT_RTT,
+            full_rate: 0.0,
+            flat_rounds: 0,
+            round_end: Duration::ZERO,
             congestion_events: 0,
         }
+    }
+
+    /// The path's round trip, which paces startup's growth.
+    pub fn with_rtt(mut self, rtt: Duration) -> Adaptive {
+        self.rtt = rtt.max(Duration::from_millis(1));
+        self
     }
 
     fn estimate(&self) -> f64 {
@@ -109,6 +132,21 @@ impl RateController for Adaptive {
     }
 
     fn on_feedback(&mut self, now: Duration, fb: &Feedback) {
+        self.decide(now, fb);
+    }
+
+    fn on_feedback_timeout(&mut self, _now: Duration) {
+        let r = self.rate / 2.0;
+        self.set(r);
+    }
+
+    fn name(&self) -> &'static str {
+        "adaptive"
+    }
+}
+
+impl Adaptive {
+    fn decide(&mut self, now: Duration, fb: &Feedback) {
         let delivered = fb.delivery_rate();
         let loss = fb.loss_rate().min(0.5);
         let capacity = delivered / (1.0 - loss);
@@ -118,7 +156,7 @@ impl RateController for Adaptive {
         }
         let base = self.base_delay(now, fb.min_one_way);
         let queueing = fb.min_one_way.saturating_sub(base);
-        let threshold = MIN_QUEUE_DELAY.max(base / 4);
+        let threshold = MIN_QUEUE_DELAY.max(self.rtt / 8);
         let congested = queueing > threshold || fb.longest_loss_run >= CLUSTER_RUN;
         if congested {
             self.congestion_events += 1;
@@ -126,17 +164,34 @@ impl RateController for Adaptive {
             self.estimates.push_back(delivered);
             self.phase = Phase::Cruise;
             self.cycle = 2;
-            self.set(delivered * 0.85);
+            // A deep queue (startup's overshoot) is drained faster.
+            let gain = if queueing > threshold * 4 { 0.6 } else { 0.85 };
+            self.set(delivered * gain);
             return;
         }
         match self.phase {
             Phase::Startup => {
-                if capacity < self.rate * 0.85 {
+                // Once per round trip: did the (loss-corrected) delivery
+                // grow by a quarter? Three flat rounds mean the bottleneck
+                // is full even where no queue shows.
+                if now >= self.round_end {
+                    self.round_end = now + self.rtt;
+                    let best = self.estimate();
+                    if best >= self.full_rate * 1.25 {
+                        self.full_rate = best;
+                        self.flat_rounds = 0;
+                    } else {
+                        self.flat_rounds += 1;
+                    }
+                }
+                if self.flat_rounds >= 3 {
                     self.phase = Phase::Drain;
                     let est = self.estimate();
                     self.set(est * 0.9);
                 } else {
-                    let r = self.rate * 2.0;
+                    let growth =
+                        2f64.powf((fb.interval.as_secs_f64() / self.rtt.as_secs_f64()).min(1.0));
+                    let r = self.rate * growth;
                     self.set(r);
                 }
             }
@@ -151,6 +206,8 @@ impl RateController for Adaptive {
                 if est < self.rate * 0.25 {
                     // Far below where we were (after an outage): look again.
                     self.phase = Phase::Startup;
+                    self.full_rate = 0.0;
+                    self.flat_rounds = 0;
                     self.set(est.max(FLOOR));
                     return;
                 }
@@ -158,14 +215,5 @@ impl RateController for Adaptive {
                 self.set(est * GAINS[self.cycle]);
             }
         }
-    }
-
-    fn on_feedback_timeout(&mut self, _now: Duration) {
-        let r = self.rate / 2.0;
-        self.set(r);
-    }
-
-    fn name(&self) -> &'static str {
-        "adaptive"
     }
 }

@@ -120,7 +120,7 @@ fn wan(loss: f64, delay_ms: u64) -> LinkConfig {
 const LINK: f64 = 125_000_000.0;
 
 fn check(loss: f64, delay_ms: u64, secs: u64, want: f64) {
-    let mut ctl = Adaptive::new(1_250_000, None);
+    let mut ctl = Adaptive::new(1_250_000, None).with_rtt(Duration::from_millis(2 * delay_ms));
     let out = simulate(wan(loss, delay_ms), &mut ctl, secs, 3);
     let ratio = out.goodput / LINK;
     eprintln!(
@@ -175,7 +175,7 @@ fn the_cap_holds() {
 
 #[test]
 fn no_standing_queue() {
-    let mut ctl = Adaptive::new(1_250_000, None);
+    let mut ctl = Adaptive::new(1_250_000, None).with_rtt(Duration::from_millis(150));
     let out = simulate(wan(0.0, 75), &mut ctl, 30, 6);
     assert!(
         out.queueing < Duration::from_millis(20),
@@ -188,7 +188,7 @@ fn no_standing_queue() {
 fn recovers_after_an_outage() {
     let mut cfg = wan(0.0, 75);
     cfg.outages = vec![(Duration::from_secs(10), Duration::from_secs(15))];
-    let mut ctl = Adaptive::new(1_250_000, None);
+    let mut ctl = Adaptive::new(1_250_000, None).with_rtt(Duration::from_millis(150));
     // The second half (15..30 s) starts as the link returns.
     let out = simulate(cfg, &mut ctl, 30, 7);
     assert!(

@@ -70,6 +70,14 @@ impl SessionKeys {
         *h.finalize().as_bytes()
     }
 
+    /// Key for the datagrams one side sends on the UDP data channel (P-23),
+    /// distinct from every TCP stream's key.
+    pub fn datagram_key(&self, dir: Direction) -> [u8; 32] {
+        let mut h = blake3::Hasher::new_derive_key("haul 2026-11 datagram key v1");
+        h.update(&self.secret).update(&[dir as u8]);
+        *h.finalize().as_bytes()
+    }
+
     /// A value both peers share and nobody else knows, used as the session id
     /// that data connections present.
     pub fn session_id(&self) -> [u8; 16] {

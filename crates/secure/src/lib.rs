@@ -15,5 +15,5 @@ pub mod trust;
 
 pub use handshake::{ClientHandshake, Direction, HandshakeError, ServerHandshake, SessionKeys};
 pub use keys::{KeyError, Keypair, PublicKey};
-pub use seal::{OpenError, Opener, Protection, Sealer};
+pub use seal::{DatagramKey, OpenError, Opener, Protection, Sealer};
 pub use trust::{AuthorizedKeys, HostKeyStatus, KnownHosts};

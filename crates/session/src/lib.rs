@@ -13,6 +13,7 @@
 //! Time is an argument where it matters (`now`), so the simulator in the
 //! tests runs the same code as the real driver.
 
+pub mod datagram;
 pub mod digest;
 pub mod paths;
 pub mod receiver;

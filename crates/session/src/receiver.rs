@@ -116,6 +116,10 @@ pub struct ReceiverSession {
 }
 
 impl ReceiverSession {
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
     pub fn new(block_size: u32) -> ReceiverSession {
         ReceiverSession {
             block_size,

@@ -8,6 +8,7 @@
 
 mod block;
 mod buf;
+pub mod datagram;
 mod msg;
 mod preamble;
 
@@ -15,6 +16,7 @@ pub use block::{BlockHeader, BLOCK_HEADER_LEN};
 pub use buf::{DecodeError, Reader, Writer};
 pub use msg::{Entry, EntryKind, ErrorCode, Msg, Op, Request, Summary, MAX_PATH_LEN};
 pub use msg::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY};
+pub use msg::{TRANSPORT_TCP, TRANSPORT_UDP};
 pub use preamble::{ConnKind, Preamble, PreambleReply, MAGIC, PREAMBLE_LEN, PROTOCOL_VERSION};
 
 /// Largest sealed frame body a peer may announce (P-4): a block of at most

@@ -38,7 +38,15 @@ pub struct Request {
     pub protection: u8,
     /// Sending rate cap in bytes per second; 0 means none.
     pub rate: u64,
+    /// One of the `TRANSPORT_*` values (P-23).
+    pub transport: u8,
 }
+
+/// Data travels over the TCP data connections (P-19).
+pub const TRANSPORT_TCP: u8 = 0;
+/// Data travels in UDP datagrams if the client can reach the server's UDP
+/// port; the client confirms with [`Msg::UseTransport`] (P-23).
+pub const TRANSPORT_UDP: u8 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
@@ -119,6 +127,8 @@ pub enum Msg {
     Accept {
         session: [u8; 16],
         streams: u16,
+        /// The server's UDP port for this session; 0 unless UDP was asked.
+        udp_port: u16,
     },
     Entry(Entry),
     ManifestEnd {
@@ -149,6 +159,11 @@ pub enum Msg {
     Done(Summary),
     /// Server authenticated the client (first sealed control frame).
     Welcome,
+    /// Client, after a UDP request: the datagram payload size the path
+    /// carries both ways, or 0 to fall back to the TCP streams (P-23).
+    UseTransport {
+        udp_payload: u16,
+    },
 }
 
 impl Msg {
@@ -167,10 +182,17 @@ impl Msg {
                 w.u8(r.recursive as u8)
                     .u8(r.many_sources as u8)
                     .u16(r.streams);
-                w.u32(r.block_size).u8(r.protection).u64(r.rate);
+                w.u32(r.block_size)
+                    .u8(r.protection)
+                    .u64(r.rate)
+                    .u8(r.transport);
             }
-            Msg::Accept { session, streams } => {
-                w.u8(2).bytes(session).u16(*streams);
+            Msg::Accept {
+                session,
+                streams,
+                udp_port,
+            } => {
+                w.u8(2).bytes(session).u16(*streams).u16(*udp_port);
             }
             Msg::Entry(e) => {
                 w.u8(3).u32(e.id).var_bytes(&e.path);
@@ -225,6 +247,9 @@ impl Msg {
             Msg::Welcome => {
                 w.u8(11);
             }
+            Msg::UseTransport { udp_payload } => {
+                w.u8(12).u16(*udp_payload);
+            }
         }
         w.buf
     }
@@ -262,6 +287,13 @@ impl Msg {
                     });
                 }
                 let rate = r.u64()?;
+                let transport = r.u8()?;
+                if transport > TRANSPORT_UDP {
+                    return Err(DecodeError::UnknownTag {
+                        what: "transport",
+                        tag: transport,
+                    });
+                }
                 Msg::Request(Request {
                     op,
                     paths,
@@ -271,11 +303,13 @@ impl Msg {
                     block_size,
                     protection,
                     rate,
+                    transport,
                 })
             }
             2 => Msg::Accept {
                 session: r.array()?,
                 streams: r.u16()?,
+                udp_port: r.u16()?,
             },
             3 => {
                 let id = r.u32()?;
@@ -349,6 +383,9 @@ impl Msg {
                 bad_blocks: r.u64()?,
             }),
             11 => Msg::Welcome,
+            12 => Msg::UseTransport {
+                udp_payload: r.u16()?,
+            },
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "message",
@@ -417,7 +454,7 @@ mod tests {
                 any::<u16>(),
                 any::<u32>(),
                 0u8..=2,
-                any::<u64>()
+                (any::<u64>(), 0u8..=1)
             )
                 .prop_map(
                     |(
@@ -428,7 +465,7 @@ mod tests {
                         streams,
                         block_size,
                         protection,
-                        rate,
+                        (rate, transport),
                     )| {
                         Msg::Request(Request {
                             op: if push { Op::Push } else { Op::Pull },
@@ -439,11 +476,17 @@ mod tests {
                             block_size,
                             protection,
                             rate,
+                            transport,
                         })
                     }
                 ),
-            (any::<[u8; 16]>(), any::<u16>())
-                .prop_map(|(session, streams)| Msg::Accept { session, streams }),
+            (any::<[u8; 16]>(), any::<u16>(), any::<u16>()).prop_map(
+                |(session, streams, udp_port)| Msg::Accept {
+                    session,
+                    streams,
+                    udp_port
+                }
+            ),
             (any::<u32>(), bytes(), arb_kind(), bytes()).prop_map(|(id, path, kind, target)| {
                 Msg::Entry(Entry {
                     id,
@@ -471,6 +514,7 @@ mod tests {
                 })
             ),
             Just(Msg::Welcome),
+            any::<u16>().prop_map(|udp_payload| Msg::UseTransport { udp_payload }),
         ]
     }
 

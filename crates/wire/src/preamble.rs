@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// The protocol version this build speaks (P-2). Bumped on any incompatible
 /// change; within a version, what the `Request` carries (op, streams, block
 /// size, protection, rate) is the only negotiation.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;

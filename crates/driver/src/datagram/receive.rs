@@ -1,0 +1,166 @@
+//! The receiving side of the UDP channel: one thread drains the socket in
+//! batches, opens each datagram, and hands chunks to the
+//! `DatagramReceiver`; completed blocks go to worker threads that check
+//! their hash and write them exactly as blocks that came over TCP. The same
+//! thread sends a report every interval.
+
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use session::datagram::{Completed, DatagramReceiver, REPORT_INTERVAL};
+use session::BlockVerdict;
+use udp::RecvBatch;
+use wire::datagram::{Signal, DATA_SEQ_START};
+use wire::{BlockHeader, ErrorCode};
+
+use super::{open, seal_signal, Opened, UdpLink, SILENCE_TIMEOUT};
+use crate::engine::Receiving;
+use crate::error::TransferError;
+use crate::progress::Progress;
+
+pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
+    let (done_tx, done_rx) = mpsc::sync_channel::<Completed>(4 * link.workers);
+    let (reopen_tx, reopen_rx) = mpsc::channel::<(u32, u32)>();
+    let done_rx = Mutex::new(done_rx);
+    std::thread::scope(|scope| {
+        for _ in 0..link.workers {
+            let (done_rx, reopen_tx) = (&done_rx, reopen_tx.clone());
+            scope.spawn(move || loop {
+                let next = done_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok(c) = next else { return };
+                let h = BlockHeader {
+                    file: c.file,
+                    index: c.index,
+                    offset: c.index as u64 * rx.block_size as u64,
+                    len: c.data.len() as u32,
+                    hash: c.hash,
+                };
+                match rx.place(&h, &c.data) {
+                    None => return,
+                    Some(BlockVerdict::Rejected) => {
+                        let _ = reopen_tx.send((c.file, c.index));
+                    }
+                    Some(_) => {}
+                }
+            });
+        }
+        if let Err(e) = receive(rx, &mut link, done_tx, reopen_rx) {
+            rx.sh.fail_transport(e);
+        }
+    });
+}
+
+fn receive(
+    rx: &Receiving,
+    link: &mut UdpLink,
+    done: mpsc::SyncSender<Completed>,
+    reopen: mpsc::Receiver<(u32, u32)>,
+) -> Result<(), TransferError> {
+    let sh = rx.sh;
+    let p = sh.progress;
+    let start = Instant::now();
+    let mut r = DatagramReceiver::new(link.rtt, Duration::ZERO);
+    let mut batch = RecvBatch::default();
+    let drops_at_start = udp::receive_buffer_drops().unwrap_or(0);
+    let mut seq = DATA_SEQ_START;
+    let mut next_report = REPORT_INTERVAL;
+    let mut last_heard = Instant::now();
+    Progress::set(&p.udp_payload, link.payload as u64);
+    let mut backlog = std::mem::take(&mut link.backlog);
+    while !sh.stopped() && !sh.is_done() {
+        let wait = next_report.saturating_sub(start.elapsed());
+        let n = if backlog.is_empty() {
+            link.channel
+                .recv(&mut batch, wait.max(Duration::from_millis(1)))
+                .map_err(|e| TransferError::lost("receiving datagrams", &e))?
+        } else {
+            backlog.len()
+        };
+        if n > 0 {
+            let now = start.elapsed();
+            let now_us = now.as_micros() as u64;
+            let mut completed = Vec::new();
+            let mut wire = 0u64;
+            let mut handle = |d: &mut [u8]| {
+                wire += (d.len() + link.channel.header_overhead()) as u64;
+                match open(&link.recv_key, d) {
+                    Some(Opened::Chunk { seq, header, data }) => {
+                        r.on_seq(now, seq);
+                        if let Some(c) = r.on_chunk(now, now_us, &header, data) {
+                            completed.push(c);
+                        }
+                    }
+                    Some(Opened::Signal { seq, signal }) => {
+                        if seq >= DATA_SEQ_START {
+                            r.on_seq(now, seq);
+                        }
+                        if let Signal::Stats {
+                            sent,
+                            retransmitted,
+                            rate,
+                        } = signal
+                        {
+                            Progress::set(&p.dgrams_sent, sent);
+                            Progress::set(&p.dgrams_resent, retransmitted);
+                            Progress::set(&p.udp_rate, rate);
+                        }
+                    }
+                    None => {}
+                }
+            };
+            if backlog.is_empty() {
+                batch.for_each(|_, d| handle(d));
+            } else {
+                for mut d in backlog.drain(..) {
+                    handle(&mut d);
+                }
+            }
+            Progress::add(&p.wire_rx, wire);
+            last_heard = Instant::now();
+            for c in completed {
+                // Blocks while the workers are busy: the socket buffer
+                // absorbs the wait, and overload shows as drops.
+                if done.send(c).is_err() {
+                    return Ok(());
+                }
+            }
+        } else if last_heard.elapsed() > SILENCE_TIMEOUT {
+            return Err(TransferError::new(
+                ErrorCode::ConnectionLost,
+                format!(
+                    "no datagrams from the sender for {}s; the path stopped carrying UDP",
+                    SILENCE_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        while let Ok((f, i)) = reopen.try_recv() {
+            r.reopen(f, i);
+        }
+        let now = start.elapsed();
+        if now >= next_report {
+            let drops = udp::receive_buffer_drops().unwrap_or(0);
+            r.dropped = drops.saturating_sub(drops_at_start);
+            for rep in r.poll_reports(now) {
+                let d = seal_signal(&link.send_key, seq, &Signal::Report(rep));
+                seq += 1;
+                let _ = link.channel.send(&d, d.len(), Duration::from_millis(100));
+                Progress::add(
+                    &p.wire_tx,
+                    (d.len() + link.channel.header_overhead()) as u64,
+                );
+            }
+            next_report = now + REPORT_INTERVAL;
+            Progress::set(&p.dgrams_received, r.stats.datagrams);
+            Progress::set(&p.dgrams_lost, r.stats.lost);
+            Progress::set(&p.udp_drops, r.dropped);
+        }
+    }
+    Progress::set(&p.dgrams_received, r.stats.datagrams);
+    Progress::set(&p.dgrams_lost, r.stats.lost);
+    // The sender's last counters may not have arrived: it numbered at
+    // least as many datagrams as this side has seen numbers for.
+    let sent = Progress::get(&p.dgrams_sent).max(r.numbered());
+    Progress::set(&p.dgrams_sent, sent);
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! The sending side of the UDP channel: worker threads read and hash blocks
+//! (the same work-stealing session as TCP), and one pump thread feeds them
+//! to the `DatagramSender`, paces datagrams at the controller's rate in GSO
+//! batches, reads the receiver's reports, and sleeps between bursts rather
+//! than spinning.
+
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rate::Adaptive;
+use session::datagram::DatagramSender;
+use session::SenderSession;
+use store::Sources;
+use udp::RecvBatch;
+use wire::datagram::Signal;
+use wire::ErrorCode;
+
+use super::{open, seal_chunk, seal_signal, Opened, UdpLink, SILENCE_TIMEOUT};
+use crate::engine::{read_next_block, Shared};
+use crate::error::TransferError;
+use crate::progress::Progress;
+
+/// First rate tried: 32 Mbit/s, doubled every round trip from there.
+const INITIAL_RATE: u64 = 4_000_000;
+/// Fresh bytes kept cut into chunks ahead of the pacer.
+const QUEUE_AHEAD: u64 = 8 << 20;
+/// Longest sleep between checks of the socket and the queues.
+const MAX_SLEEP: Duration = Duration::from_millis(5);
+const STATS_EVERY: Duration = Duration::from_millis(250);
+
+type ReadBlock = (session::BlockRef, [u8; 32], Vec<u8>);
+
+pub(crate) fn run(
+    sh: &Shared<SenderSession>,
+    link: UdpLink,
+    sources: &Sources,
+    cap: Option<u64>,
+    acks: Receiver<Vec<(u32, u32)>>,
+) {
+    let (tx, rx) = mpsc::sync_channel::<ReadBlock>(2 * link.workers);
+    std::thread::scope(|scope| {
+        for _ in 0..link.workers {
+            let tx = tx.clone();
+            scope.spawn(move || {
+                let mut buf = Vec::new();
+                while let Some((b, h)) = read_next_block(sh, sources, &mut buf, 0) {
+                    if tx.send((b, h, std::mem::take(&mut buf))).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        if let Err(e) = pump(sh, &link, cap, rx, acks) {
+            sh.fail_transport(e);
+        }
+    });
+}
+
+fn pump(
+    sh: &Shared<SenderSession>,
+    link: &UdpLink,
+    cap: Option<u64>,
+    blocks: Receiver<ReadBlock>,
+    acks: Receiver<Vec<(u32, u32)>>,
+) -> Result<(), TransferError> {
+    let start = Instant::now();
+    let initial = cap.map_or(INITIAL_RATE, |c| c.min(INITIAL_RATE));
+    let controller = Adaptive::new(initial, cap).with_rtt(link.rtt);
+    let mut tx = DatagramSender::new(link.payload, link.rtt, Box::new(controller));
+    let p = sh.progress;
+    Progress::set(&p.udp_payload, link.payload as u64);
+    let segments = link.channel.max_segments(link.payload);
+    let mut out: Vec<u8> = Vec::with_capacity(segments * link.payload);
+    let mut batch = RecvBatch::default();
+    let mut credit = 0f64;
+    let mut last = Instant::now();
+    let mut last_report = Instant::now();
+    let mut last_stats = Instant::now();
+    let send_timeout = Duration::from_secs(5);
+    while !sh.stopped() && !sh.is_done() {
+        let now = start.elapsed();
+        while let Ok(list) = acks.try_recv() {
+            for (f, i) in list {
+                tx.block_acked(f, i);
+            }
+        }
+        while tx.queued_bytes() < QUEUE_AHEAD {
+            match blocks.try_recv() {
+                Ok((b, hash, data)) => tx.add_block(b.file, b.index, hash, Arc::new(data)),
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        // Reports waiting on the socket.
+        if link.channel.recv(&mut batch, Duration::ZERO).unwrap_or(0) > 0 {
+            batch.for_each(|_, d| {
+                if let Some(Opened::Signal {
+                    signal: Signal::Report(r),
+                    ..
+                }) = open(&link.recv_key, d)
+                {
+                    tx.on_report(now, &r);
+                    if r.packets > 0 {
+                        last_report = Instant::now();
+                    }
+                }
+            });
+        }
+        tx.on_tick(now);
+        if last_report.elapsed() > SILENCE_TIMEOUT {
+            return Err(TransferError::new(
+                ErrorCode::ConnectionLost,
+                format!(
+                    "no reports from the receiver over UDP for {}s; the path stopped carrying datagrams",
+                    SILENCE_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        // Pacing: credit accrues at the controller's rate. Bursts are
+        // bounded to a few milliseconds' worth (at least two GSO batches):
+        // more than one sleep's overshoot, so oversleeping loses no rate.
+        let rate = tx.rate() as f64;
+        let t = Instant::now();
+        credit += rate * t.duration_since(last).as_secs_f64();
+        last = t;
+        let burst = (rate * 0.004).max((2 * segments * link.payload) as f64);
+        credit = credit.min(burst);
+        let mut sent_any = false;
+        while credit >= link.payload as f64 {
+            out.clear();
+            let mut n = 0;
+            while n < segments {
+                let Some(c) = tx.poll_transmit(now) else {
+                    break;
+                };
+                let mut h = c.header;
+                h.sent_us = start.elapsed().as_micros() as u64;
+                let len = seal_chunk(
+                    &link.send_key,
+                    c.seq,
+                    &h,
+                    &c.data[c.range.clone()],
+                    &mut out,
+                );
+                n += 1;
+                if len < link.payload {
+                    // A short datagram ends a GSO batch.
+                    break;
+                }
+            }
+            if n == 0 {
+                if tx.wants_ping(now) {
+                    let seq = tx.signal_seq(now);
+                    out = seal_signal(&link.send_key, seq, &Signal::Ping);
+                } else {
+                    break;
+                }
+            }
+            link.channel
+                .send(&out, link.payload, send_timeout)
+                .map_err(|e| TransferError::lost("sending datagrams", &e))?;
+            Progress::add(
+                &p.wire_tx,
+                (out.len() + n * link.channel.header_overhead()) as u64,
+            );
+            credit -= out.len() as f64;
+            sent_any = true;
+        }
+        // Counters for the receiver's summary: regularly, and more often
+        // once idle near the end, so the last ones arrive before it ends.
+        let idle = tx.queued_bytes() == 0 && !sent_any;
+        let every = if idle {
+            link.rtt.max(Duration::from_millis(20))
+        } else {
+            STATS_EVERY
+        };
+        if last_stats.elapsed() >= every {
+            last_stats = Instant::now();
+            let s = tx.stats;
+            tracing::debug!(
+                "udp sender: rate {} B/s, in flight {} of {}, sent {}, re-sent {}, queued {}, held {}",
+                tx.rate(),
+                tx.in_flight(),
+                tx.in_flight_cap(),
+                s.datagrams,
+                s.retransmitted,
+                tx.queued_bytes(),
+                tx.held_blocks()
+            );
+            let seq = tx.signal_seq(now);
+            let d = seal_signal(
+                &link.send_key,
+                seq,
+                &Signal::Stats {
+                    sent: s.datagrams,
+                    retransmitted: s.retransmitted,
+                    rate: tx.rate(),
+                },
+            );
+            let _ = link.channel.send(&d, d.len(), send_timeout);
+            Progress::set(&p.dgrams_sent, s.datagrams);
+            Progress::set(&p.dgrams_resent, s.retransmitted);
+            Progress::set(&p.dgrams_lost, s.reported_lost);
+            Progress::set(&p.udp_drops, s.receiver_dropped);
+            Progress::set(&p.udp_rate, tx.rate());
+        }
+        // Sleep until the next datagram's credit, watching for reports;
+        // longer when there is nothing to send.
+        let wait = if tx.queued_bytes() > 0 || sent_any {
+            let need = (link.payload as f64 - credit).max(0.0);
+            Duration::from_secs_f64(need / rate.max(1.0)).min(MAX_SLEEP)
+        } else {
+            Duration::from_millis(1)
+        };
+        if wait >= Duration::from_millis(1) {
+            if link.channel.recv(&mut batch, wait).unwrap_or(0) > 0 {
+                let now = start.elapsed();
+                batch.for_each(|_, d| {
+                    if let Some(Opened::Signal {
+                        signal: Signal::Report(r),
+                        ..
+                    }) = open(&link.recv_key, d)
+                    {
+                        tx.on_report(now, &r);
+                        if r.packets > 0 {
+                            last_report = Instant::now();
+                        }
+                    }
+                });
+            }
+        } else if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+    }
+    let s = tx.stats;
+    Progress::set(&p.dgrams_sent, s.datagrams);
+    Progress::set(&p.dgrams_resent, s.retransmitted);
+    Progress::set(&p.dgrams_lost, s.reported_lost);
+    Progress::set(&p.udp_drops, s.receiver_dropped);
+    Progress::set(&p.udp_rate, tx.rate());
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Setting up the UDP channel (P-23): the client's hello proves it holds
+//! the session keys and tells the server where the client's datagrams come
+//! from (NAT included); then the client probes the path MTU with
+//! don't-fragment datagrams that the server echoes at the same size, so
+//! both directions carry the size chosen. Set-up uses sequence numbers
+//! below `DATA_SEQ_START`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use secure::DatagramKey;
+use udp::{RecvBatch, UdpChannel};
+use wire::datagram::{Signal, MIN_PAYLOAD};
+
+use super::{open, seal_signal, Opened};
+
+/// Largest datagram tried: a 9000-byte MTU's payload.
+const JUMBO_MTU: usize = 9000;
+/// Early transfer datagrams the server keeps for the receiver.
+const BACKLOG: usize = 4096;
+
+/// Why the channel could not be set up, for the fallback notice or error.
+#[derive(Debug)]
+pub struct SetupFailed(pub String);
+
+/// Client: hello, then the largest payload both directions carry.
+pub fn client(
+    channel: &mut UdpChannel,
+    server: SocketAddr,
+    session: [u8; 16],
+    send_key: &DatagramKey,
+    recv_key: &DatagramKey,
+    rtt: Duration,
+) -> Result<usize, SetupFailed> {
+    channel
+        .connect(server)
+        .map_err(|e| SetupFailed(format!("cannot reach UDP port {server}: {e}")))?;
+    let mut seq = 0u64;
+    let mut batch = RecvBatch::default();
+    let patience = (rtt * 10).max(Duration::from_secs(3));
+    let resend = (rtt * 2).max(Duration::from_millis(200));
+    let deadline = Instant::now() + patience;
+    let mut next_hello = Instant::now();
+    let mut welcomed = false;
+    while !welcomed {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(SetupFailed(format!(
+                "no answer from UDP port {server} within {:.1}s (a firewall between the hosts?)",
+                patience.as_secs_f64()
+            )));
+        }
+        if now >= next_hello {
+            let d = seal_signal(send_key, seq, &Signal::Hello(session));
+            seq += 1;
+            let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+            next_hello = now + resend;
+        }
+        let wait = next_hello.min(deadline).saturating_duration_since(now);
+        if channel.recv(&mut batch, wait).unwrap_or(0) > 0 {
+            batch.for_each(|_, d| {
+                if let Some(Opened::Signal {
+                    signal: Signal::HelloAck(s),
+                    ..
+                }) = open(recv_key, d)
+                {
+                    welcomed |= s == session;
+                }
+            });
+        }
+    }
+    // Path MTU: the route's, capped at jumbo size, then the 1500-byte
+    // Ethernet size, then the IPv6 minimum.
+    let overhead = channel.header_overhead();
+    let route = channel.route_mtu().unwrap_or(1500).min(JUMBO_MTU);
+    let mut sizes = vec![route - overhead];
+    for s in [1500 - overhead, MIN_PAYLOAD as usize] {
+        if s < sizes[sizes.len() - 1] {
+            sizes.push(s);
+        }
+    }
+    let wait = (rtt * 3).max(Duration::from_millis(100));
+    for size in sizes {
+        for _ in 0..3 {
+            let d = seal_signal(send_key, seq, &Signal::Probe(size as u16));
+            seq += 1;
+            // A datagram larger than the local interface fails at once.
+            if channel
+                .send(&d, d.len(), Duration::from_millis(100))
+                .is_err()
+            {
+                break;
+            }
+            let until = Instant::now() + wait;
+            let mut echoed = false;
+            while !echoed && Instant::now() < until {
+                let left = until.saturating_duration_since(Instant::now());
+                if channel.recv(&mut batch, left).unwrap_or(0) > 0 {
+                    batch.for_each(|_, d| {
+                        if let Some(Opened::Signal {
+                            signal: Signal::ProbeAck(n),
+                            ..
+                        }) = open(recv_key, d)
+                        {
+                            echoed |= n as usize == size;
+                        }
+                    });
+                }
+            }
+            if echoed {
+                return Ok(size);
+            }
+        }
+    }
+    Err(SetupFailed(format!(
+        "UDP port {server} answered the hello but no probe of {} bytes or more came back",
+        MIN_PAYLOAD
+    )))
+}
+
+/// Server: answers hellos and probes until `stop` is set, then returns the
+/// channel, connected to the client if a valid hello came, and the
+/// transfer's datagrams that arrived before `stop` (the client starts
+/// sending as soon as it has chosen), for the receiver to take first.
+pub fn serve(
+    mut channel: UdpChannel,
+    session: [u8; 16],
+    send_key: &DatagramKey,
+    recv_key: &DatagramKey,
+    stop: &AtomicBool,
+) -> (UdpChannel, Vec<Vec<u8>>) {
+    let mut backlog = Vec::new();
+    let mut batch = RecvBatch::default();
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        if channel
+            .recv(&mut batch, Duration::from_millis(20))
+            .unwrap_or(0)
+            == 0
+        {
+            continue;
+        }
+        let mut replies: Vec<(SocketAddr, Signal)> = Vec::new();
+        batch.for_each(|from, d| {
+            let raw = d.to_vec();
+            match open(recv_key, d) {
+                Some(Opened::Signal {
+                    signal: Signal::Hello(s),
+                    ..
+                }) if s == session => replies.push((from, Signal::HelloAck(s))),
+                Some(Opened::Signal {
+                    signal: Signal::Probe(n),
+                    ..
+                }) => replies.push((from, Signal::ProbeAck(n))),
+                Some(_) if backlog.len() < BACKLOG => backlog.push(raw),
+                _ => {}
+            }
+        });
+        for (from, reply) in replies {
+            if matches!(reply, Signal::HelloAck(_)) && channel.peer().is_none() {
+                // Only an authenticated hello fixes the peer.
+                if let Err(e) = channel.connect(from) {
+                    tracing::warn!("UDP channel: cannot connect to {from}: {e}");
+                    continue;
+                }
+            }
+            if channel.peer() != Some(from) {
+                continue;
+            }
+            let d = seal_signal(send_key, seq, &reply);
+            seq += 1;
+            let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+        }
+    }
+    (channel, backlog)
+}

@@ -1,0 +1,436 @@
+//! The receiving half of the UDP channel (P-23, P-24).
+//!
+//! Every authenticated datagram's sequence number goes through
+//! [`DatagramReceiver::on_seq`]: a jump forward marks the numbers skipped
+//! as missing, a late arrival fills its gap (reordering), and a repeat is a
+//! duplicate. Chunks are copied into their block's buffer whatever order
+//! they come in; a block with all its bytes and its hash is handed out as
+//! [`Completed`]. Every report interval, [`DatagramReceiver::poll_reports`]
+//! says what arrived (for the rate controller) and which sequence ranges
+//! are missing, each range repeated in a few reports in case one is lost,
+//! and asks again for blocks that stopped making progress.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use wire::datagram::{ChunkHeader, Report, StaleRange, DATA_SEQ_START, MAX_MISSING, MAX_STALE};
+
+use super::{REPORT_INTERVAL, REPORT_REPEATS};
+
+/// A block whose bytes have all arrived; its hash is still to be checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub file: u32,
+    pub index: u32,
+    pub hash: [u8; 32],
+    pub data: Vec<u8>,
+}
+
+/// Counters for the summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    pub datagrams: u64,
+    /// Sequence numbers that never arrived (their chunks were re-sent).
+    pub lost: u64,
+    pub duplicates: u64,
+    pub reordered: u64,
+    /// Chunk bytes that arrived, repeats included.
+    pub bytes: u64,
+}
+
+struct Missing {
+    end: u64,
+    detected: Duration,
+    reported: u8,
+}
+
+struct Assembly {
+    buf: Vec<u8>,
+    /// Sorted, disjoint `[start, end)` ranges that have arrived.
+    have: Vec<(u32, u32)>,
+    hash: Option<[u8; 32]>,
+    last: Duration,
+}
+
+impl Assembly {
+    fn insert(&mut self, start: u32, end: u32) {
+        self.have.push((start, end));
+        self.have.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.have.len());
+        for &(s, e) in &self.have {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        self.have = merged;
+    }
+
+    fn complete(&self) -> bool {
+        self.hash.is_some() && self.have == [(0, self.buf.len() as u32)]
+    }
+
+    fn holes(&self) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &(s, e) in &self.have {
+            if s > at {
+                out.push((at, s));
+            }
+            at = e;
+        }
+        if (at as usize) < self.buf.len() {
+            out.push((at, self.buf.len() as u32));
+        }
+        if out.is_empty() && self.hash.is_none() {
+            // Everything but the first chunk's hash: ask for the start.
+            out.push((0, 1));
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+struct Interval {
+    bytes: u64,
+    packets: u32,
+    lost: u32,
+    run: u32,
+    min_owd: Option<i64>,
+}
+
+pub struct DatagramReceiver {
+    rtt: Duration,
+    /// Next sequence number expected: everything below arrived or is missing.
+    highest: u64,
+    missing: BTreeMap<u64, Missing>,
+    assemblies: HashMap<(u32, u32), Assembly>,
+    completed: HashSet<(u32, u32)>,
+    interval: Interval,
+    interval_start: Duration,
+    pub stats: ReceiverStats,
+    /// Datagrams the socket dropped, as the driver last read it.
+    pub dropped: u64,
+}
+
+impl DatagramReceiver {
+    pub fn new(rtt: Duration, now: Duration) -> Self {
+        DatagramReceiver {
+            rtt,
+            highest: DATA_SEQ_START,
+            missing: BTreeMap::new(),
+            assemblies: HashMap::new(),
+            completed: HashSet::new(),
+            interval: Interval::default(),
+            interval_start: now,
+            stats: ReceiverStats::default(),
+            dropped: 0,
+        }
+    }
+
+    /// How long a gap waits before it is reported, in case the datagram
+    /// was only overtaken.
+    fn reorder_grace(&self) -> Duration {
+        (self.rtt / 32).max(Duration::from_millis(2))
+    }
+
+    /// How long an incomplete block may go without a new chunk before its
+    /// missing bytes are asked for by name.
+    fn stale_after(&self) -> Duration {
+        self.rtt * 2 + REPORT_INTERVAL * 10
+    }
+
+    /// An authenticated datagram numbered `seq` arrived. Returns false for
+    /// a duplicate.
+    pub fn on_seq(&mut self, now: Duration, seq: u64) -> bool {
+        self.stats.datagrams += 1;
+        self.interval.packets += 1;
+        if seq >= self.highest {
+            if seq > self.highest {
+                let gap = seq - self.highest;
+                self.missing.insert(
+                    self.highest,
+                    Missing {
+                        end: seq,
+                        detected: now,
+                        reported: 0,
+                    },
+                );
+                self.stats.lost += gap;
+                self.interval.lost = self.interval.lost.saturating_add(gap as u32);
+                self.interval.run = self.interval.run.max(gap.min(u32::MAX as u64) as u32);
+            }
+            self.highest = seq + 1;
+            return true;
+        }
+        // Below the highest: a gap being filled late, or a repeat.
+        let Some((&start, m)) = self.missing.range(..=seq).next_back() else {
+            self.stats.duplicates += 1;
+            return false;
+        };
+        if seq >= m.end {
+            self.stats.duplicates += 1;
+            return false;
+        }
+        let (end, detected, reported) = (m.end, m.detected, m.reported);
+        self.missing.remove(&start);
+        if start < seq {
+            self.missing.insert(
+                start,
+                Missing {
+                    end: seq,
+                    detected,
+                    reported,
+                },
+            );
+        }
+        if seq + 1 < end {
+            self.missing.insert(
+                seq + 1,
+                Missing {
+                    end,
+                    detected,
+                    reported,
+                },
+            );
+        }
+        self.stats.lost -= 1;
+        self.stats.reordered += 1;
+        self.interval.lost = self.interval.lost.saturating_sub(1);
+        true
+    }
+
+    /// A chunk arrived (after [`DatagramReceiver::on_seq`]); `now_us` is
+    /// this side's clock for the one-way delay. Returns the block once all
+    /// its bytes are in.
+    pub fn on_chunk(
+        &mut self,
+        now: Duration,
+        now_us: u64,
+        h: &ChunkHeader,
+        data: &[u8],
+    ) -> Option<Completed> {
+        let owd = now_us as i64 - h.sent_us as i64;
+        self.interval.min_owd = Some(self.interval.min_owd.map_or(owd, |m| m.min(owd)));
+        self.interval.bytes += data.len() as u64;
+        self.stats.bytes += data.len() as u64;
+        let key = (h.file, h.index);
+        if self.completed.contains(&key) {
+            return None;
+        }
+        let a = self.assemblies.entry(key).or_insert_with(|| Assembly {
+            buf: vec![0; h.block_len as usize],
+            have: Vec::new(),
+            hash: None,
+            last: now,
+        });
+        let end = h.offset as usize + data.len();
+        if a.buf.len() != h.block_len as usize || end > a.buf.len() {
+            // The sender's own header contradicts an earlier one: ignore it;
+            // the block hash decides in the end.
+            return None;
+        }
+        a.buf[h.offset as usize..end].copy_from_slice(data);
+        a.insert(h.offset, end as u32);
+        if h.hash.is_some() {
+            a.hash = h.hash;
+        }
+        a.last = now;
+        if !a.complete() {
+            return None;
+        }
+        let a = self.assemblies.remove(&key).expect("present");
+        self.completed.insert(key);
+        Some(Completed {
+            file: h.file,
+            index: h.index,
+            hash: a.hash.expect("complete blocks have their hash"),
+            data: a.buf,
+        })
+    }
+
+    /// The block failed its hash and will be sent again: accept its chunks.
+    pub fn reopen(&mut self, file: u32, index: u32) {
+        self.completed.remove(&(file, index));
+    }
+
+    /// Datagrams the sender has numbered up to the last one that arrived.
+    pub fn numbered(&self) -> u64 {
+        self.highest - DATA_SEQ_START
+    }
+
+    /// Blocks being assembled.
+    pub fn pending_blocks(&self) -> usize {
+        self.assemblies.len()
+    }
+
+    /// The reports to send now (call once per [`REPORT_INTERVAL`]): the
+    /// first carries the interval's figures, all carry missing ranges and
+    /// stale-block requests.
+    pub fn poll_reports(&mut self, now: Duration) -> Vec<Report> {
+        let grace = self.reorder_grace();
+        let mut missing = Vec::new();
+        let mut done = Vec::new();
+        for (&start, m) in self.missing.iter_mut() {
+            if now.saturating_sub(m.detected) < grace {
+                continue;
+            }
+            let mut s = start;
+            while s < m.end {
+                let n = (m.end - s).min(u32::MAX as u64);
+                missing.push((s, n as u32));
+                s += n;
+            }
+            m.reported += 1;
+            if m.reported >= REPORT_REPEATS {
+                done.push(start);
+            }
+        }
+        for s in done {
+            self.missing.remove(&s);
+        }
+        let stale_after = self.stale_after();
+        let mut stale = Vec::new();
+        for (&(file, index), a) in self.assemblies.iter_mut() {
+            if now.saturating_sub(a.last) < stale_after {
+                continue;
+            }
+            a.last = now;
+            for (s, e) in a.holes() {
+                stale.push(StaleRange {
+                    file,
+                    index,
+                    offset: s,
+                    len: e - s,
+                });
+            }
+        }
+        let floor = self.missing.keys().next().copied().unwrap_or(self.highest);
+        let iv = std::mem::take(&mut self.interval);
+        let first = Report {
+            interval_us: now.saturating_sub(self.interval_start).as_micros() as u32,
+            bytes: iv.bytes,
+            packets: iv.packets,
+            lost: iv.lost,
+            longest_run: iv.run,
+            min_owd_us: iv.min_owd.unwrap_or(0),
+            dropped: self.dropped,
+            floor,
+            highest: self.highest,
+            missing: Vec::new(),
+            stale: Vec::new(),
+        };
+        self.interval_start = now;
+        let mut out = vec![first];
+        let mut missing = missing.into_iter().peekable();
+        let mut stale = stale.into_iter().peekable();
+        loop {
+            let r = out.last_mut().expect("at least one");
+            while r.missing.len() < MAX_MISSING {
+                match missing.next() {
+                    Some(m) => r.missing.push(m),
+                    None => break,
+                }
+            }
+            while r.stale.len() < MAX_STALE {
+                match stale.next() {
+                    Some(s) => r.stale.push(s),
+                    None => break,
+                }
+            }
+            if missing.peek().is_none() && stale.peek().is_none() {
+                break;
+            }
+            out.push(Report {
+                dropped: self.dropped,
+                floor,
+                highest: self.highest,
+                ..Report::default()
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(offset: u32, block_len: u32) -> ChunkHeader {
+        ChunkHeader {
+            sent_us: 0,
+            file: 1,
+            index: 2,
+            offset,
+            block_len,
+            hash: (offset == 0).then_some([9; 32]),
+        }
+    }
+
+    #[test]
+    fn gaps_are_reported_after_grace_a_few_times_and_late_arrivals_fill_them() {
+        let t = Duration::from_millis;
+        let mut r = DatagramReceiver::new(t(100), t(0));
+        let s0 = DATA_SEQ_START;
+        for s in [0, 1, 5, 6, 3] {
+            assert!(r.on_seq(t(0), s0 + s));
+        }
+        assert!(!r.on_seq(t(0), s0 + 5));
+        assert_eq!(r.stats.lost, 2);
+        assert_eq!(r.stats.reordered, 1);
+        // Within the reorder grace nothing is reported yet.
+        assert!(r.poll_reports(t(1))[0].missing.is_empty());
+        for i in 0..REPORT_REPEATS {
+            let rep = r.poll_reports(t(20)).remove(0);
+            assert_eq!(rep.missing, vec![(s0 + 2, 1), (s0 + 4, 1)]);
+            // The sender handles the ranges before trimming below the floor.
+            let last = i + 1 == REPORT_REPEATS;
+            assert_eq!(rep.floor, s0 + if last { 7 } else { 2 });
+        }
+        let rep = r.poll_reports(t(40)).remove(0);
+        assert!(rep.missing.is_empty());
+        assert_eq!(rep.floor, s0 + 7);
+    }
+
+    #[test]
+    fn assembles_out_of_order_and_asks_for_a_stalled_block() {
+        let t = Duration::from_millis;
+        let mut r = DatagramReceiver::new(t(10), t(0));
+        assert!(r.on_chunk(t(0), 0, &header(100, 300), &[2; 100]).is_none());
+        assert!(r.on_chunk(t(0), 0, &header(200, 300), &[3; 100]).is_none());
+        let stale = r.poll_reports(t(1000)).remove(0).stale;
+        assert_eq!(
+            stale,
+            vec![StaleRange {
+                file: 1,
+                index: 2,
+                offset: 0,
+                len: 100
+            }]
+        );
+        let done = r.on_chunk(t(0), 0, &header(0, 300), &[1; 100]).unwrap();
+        assert_eq!(&done.data[..100], &[1; 100]);
+        assert_eq!(&done.data[200..], &[3; 100]);
+        assert_eq!(done.hash, [9; 32]);
+        // Chunks of a completed block are ignored until it is reopened.
+        assert!(r.on_chunk(t(0), 0, &header(0, 300), &[1; 100]).is_none());
+        assert_eq!(r.pending_blocks(), 0);
+        r.reopen(1, 2);
+        assert!(r.on_chunk(t(0), 0, &header(0, 300), &[1; 100]).is_none());
+        assert_eq!(r.pending_blocks(), 1);
+    }
+
+    #[test]
+    fn many_gaps_spread_over_several_reports() {
+        let t = Duration::from_millis;
+        let mut r = DatagramReceiver::new(t(10), t(0));
+        for s in 0..200u64 {
+            r.on_seq(t(0), DATA_SEQ_START + s * 2);
+        }
+        let reps = r.poll_reports(t(50));
+        assert_eq!(reps.iter().map(|r| r.missing.len()).sum::<usize>(), 199);
+        assert!(reps.iter().all(|r| r.missing.len() <= MAX_MISSING));
+        assert_eq!(reps[0].packets, 200);
+        assert!(reps[1..].iter().all(|r| r.interval_us == 0));
+    }
+}

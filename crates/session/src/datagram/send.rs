@@ -1,0 +1,468 @@
+//! The sending half of the UDP channel (P-23, P-24).
+//!
+//! Blocks handed in are cut into chunks and queued. Every datagram gets the
+//! next sequence number, and the sender remembers which chunk each number
+//! carried until the receiver's reports move past it. A report's missing
+//! ranges put those chunks on the retransmission queue, which is served
+//! before fresh chunks, so re-sending never stops the flow of new data; a
+//! stale-block request re-queues the named bytes. Reports also feed the
+//! rate controller. A block's bytes are dropped once the receiver has
+//! acknowledged the block (on the control channel).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rate::{Feedback, RateController};
+use wire::datagram::{ChunkHeader, Report, DATA_SEQ_START};
+
+use super::{chunks, FEEDBACK_INTERVAL, REPORT_INTERVAL};
+
+/// Sequence numbers remembered at most; older losses are left to the
+/// stale-block requests and the scheduler's endgame.
+const MAX_REMEMBERED: usize = 1 << 22;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ChunkRef {
+    file: u32,
+    index: u32,
+    offset: u32,
+    len: u32,
+}
+
+struct Held {
+    data: Arc<Vec<u8>>,
+    hash: [u8; 32],
+    last_stale: Option<Duration>,
+}
+
+/// One data datagram to build: the header (with `sent_us` left for the
+/// caller to stamp) and where its bytes are.
+#[derive(Debug, Clone)]
+pub struct ChunkTransmit {
+    pub seq: u64,
+    pub header: ChunkHeader,
+    pub data: Arc<Vec<u8>>,
+    pub range: std::ops::Range<usize>,
+    pub retransmit: bool,
+}
+
+/// Counters for the summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    pub datagrams: u64,
+    pub retransmitted: u64,
+    /// Missing datagrams the receiver reported.
+    pub reported_lost: u64,
+    /// Datagrams the receiver's socket dropped (its own count).
+    pub receiver_dropped: u64,
+}
+
+/// Report contents gathered until a feedback interval is full.
+#[derive(Default)]
+struct Gather {
+    interval: Duration,
+    bytes: u64,
+    packets: u64,
+    lost: u64,
+    run: u64,
+    min_owd: Option<i64>,
+}
+
+pub struct DatagramSender {
+    payload: usize,
+    rtt: Duration,
+    next_seq: u64,
+    blocks: HashMap<(u32, u32), Held>,
+    fresh: VecDeque<ChunkRef>,
+    fresh_bytes: u64,
+    retx: VecDeque<ChunkRef>,
+    /// What each remembered sequence number carried (`None`: not data, or
+    /// already re-queued); the front is `base`.
+    sent: VecDeque<Option<ChunkRef>>,
+    base: u64,
+    controller: Box<dyn RateController>,
+    gather: Gather,
+    owd_origin: Option<i64>,
+    last_report: Duration,
+    last_timeout: Duration,
+    last_sent: Duration,
+    /// The receiver's `highest`: sequence numbers at or above it are in flight.
+    peer_highest: u64,
+    /// Delivery rates of recent feedback intervals, bytes per second.
+    delivered: VecDeque<f64>,
+    pub stats: SenderStats,
+}
+
+/// Feedback intervals over which the delivery rate's maximum is kept.
+const DELIVERED_WINDOW: usize = 10;
+/// Datagrams always allowed in flight, whatever the estimate.
+const MIN_IN_FLIGHT: u64 = 64;
+
+impl DatagramSender {
+    /// `payload`: UDP payload bytes per datagram; `rtt`: the control
+    /// connection's round trip, for timers.
+    pub fn new(payload: usize, rtt: Duration, controller: Box<dyn RateController>) -> Self {
+        DatagramSender {
+            payload,
+            rtt,
+            next_seq: DATA_SEQ_START,
+            blocks: HashMap::new(),
+            fresh: VecDeque::new(),
+            fresh_bytes: 0,
+            retx: VecDeque::new(),
+            sent: VecDeque::new(),
+            base: DATA_SEQ_START,
+            controller,
+            gather: Gather::default(),
+            owd_origin: None,
+            last_report: Duration::ZERO,
+            last_timeout: Duration::ZERO,
+            last_sent: Duration::ZERO,
+            peer_highest: DATA_SEQ_START,
+            delivered: VecDeque::new(),
+            stats: SenderStats::default(),
+        }
+    }
+
+    /// A block to send. A block already held (sent again after a nack or by
+    /// the endgame) goes to the front with the retransmissions.
+    pub fn add_block(&mut self, file: u32, index: u32, hash: [u8; 32], data: Arc<Vec<u8>>) {
+        let len = data.len() as u32;
+        let again = self
+            .blocks
+            .insert(
+                (file, index),
+                Held {
+                    data,
+                    hash,
+                    last_stale: None,
+                },
+            )
+            .is_some();
+        for (offset, n) in chunks(len, self.payload) {
+            let c = ChunkRef {
+                file,
+                index,
+                offset,
+                len: n,
+            };
+            if again {
+                self.retx.push_back(c);
+            } else {
+                self.fresh.push_back(c);
+                self.fresh_bytes += n as u64;
+            }
+        }
+    }
+
+    /// The receiver verified the block: its bytes are no longer needed.
+    pub fn block_acked(&mut self, file: u32, index: u32) {
+        self.blocks.remove(&(file, index));
+    }
+
+    /// Fresh bytes queued and not yet sent, so the caller knows when to
+    /// read more blocks.
+    pub fn queued_bytes(&self) -> u64 {
+        self.fresh_bytes
+    }
+
+    /// Blocks held until acknowledged.
+    pub fn held_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn rate(&self) -> u64 {
+        self.controller.rate()
+    }
+
+    pub fn controller_name(&self) -> &'static str {
+        self.controller.name()
+    }
+
+    fn take_seq(&mut self, what: Option<ChunkRef>) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.sent.push_back(what);
+        if self.sent.len() > MAX_REMEMBERED {
+            self.sent.pop_front();
+            self.base += 1;
+        }
+        seq
+    }
+
+    /// A sequence number for a datagram that carries no chunk (a signal).
+    pub fn signal_seq(&mut self, now: Duration) -> u64 {
+        self.last_sent = now;
+        self.take_seq(None)
+    }
+
+    /// Bytes allowed in flight (sent, not yet reported arrived or lost):
+    /// twice the path's best recent delivery rate times the round trip plus
+    /// the reporting delay, so that startup's overshoot (its feedback lags
+    /// a round trip) queues little more than one BDP at the bottleneck.
+    pub fn in_flight_cap(&self) -> u64 {
+        // Before any delivery is measured, the controller's rate stands in.
+        let rate = if self.delivered.is_empty() {
+            self.controller.rate() as f64
+        } else {
+            self.delivered.iter().copied().fold(0.0, f64::max)
+        };
+        let window = (self.rtt + super::REPORT_INTERVAL * 2).as_secs_f64();
+        ((2.0 * rate * window) as u64).max(MIN_IN_FLIGHT * self.payload as u64)
+    }
+
+    /// Bytes in flight, as far as the receiver's reports tell.
+    pub fn in_flight(&self) -> u64 {
+        self.next_seq.saturating_sub(self.peer_highest) * self.payload as u64
+    }
+
+    /// The next data datagram, re-sends first, or `None` when nothing waits
+    /// or the in-flight cap is reached.
+    pub fn poll_transmit(&mut self, now: Duration) -> Option<ChunkTransmit> {
+        if self.in_flight() >= self.in_flight_cap() {
+            return None;
+        }
+        loop {
+            let (c, retransmit) = if let Some(c) = self.retx.pop_front() {
+                (c, true)
+            } else {
+                let c = self.fresh.pop_front()?;
+                self.fresh_bytes -= c.len as u64;
+                (c, false)
+            };
+            // Chunks of a block acknowledged meanwhile are dropped.
+            let Some(h) = self.blocks.get(&(c.file, c.index)) else {
+                continue;
+            };
+            let data = h.data.clone();
+            let hash = (c.offset == 0).then_some(h.hash);
+            let seq = self.take_seq(Some(c));
+            self.stats.datagrams += 1;
+            if retransmit {
+                self.stats.retransmitted += 1;
+            }
+            self.last_sent = now;
+            return Some(ChunkTransmit {
+                seq,
+                header: ChunkHeader {
+                    sent_us: 0,
+                    file: c.file,
+                    index: c.index,
+                    offset: c.offset,
+                    block_len: data.len() as u32,
+                    hash,
+                },
+                range: c.offset as usize..(c.offset + c.len) as usize,
+                data,
+                retransmit,
+            });
+        }
+    }
+
+    /// Whether an idle sender should send a ping now: it holds unacknowledged
+    /// blocks and has sent nothing for a quarter of the round trip, so a
+    /// lost tail becomes a gap the receiver reports.
+    pub fn wants_ping(&self, now: Duration) -> bool {
+        !self.blocks.is_empty()
+            && self.retx.is_empty()
+            && self.fresh.is_empty()
+            && now.saturating_sub(self.last_sent) >= (self.rtt / 4).max(REPORT_INTERVAL)
+    }
+
+    fn requeue_seq(&mut self, seq: u64) -> bool {
+        let Some(i) = seq.checked_sub(self.base) else {
+            return false;
+        };
+        let Some(slot) = self.sent.get_mut(i as usize) else {
+            return false;
+        };
+        match slot.take() {
+            Some(c) if self.blocks.contains_key(&(c.file, c.index)) => {
+                self.retx.push_back(c);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A report from the receiver.
+    pub fn on_report(&mut self, now: Duration, r: &Report) {
+        if r.packets > 0 {
+            // Reports of nothing arriving count as silence (an outage).
+            self.last_report = now;
+        }
+        self.peer_highest = self.peer_highest.max(r.highest.min(self.next_seq));
+        self.stats.receiver_dropped = self.stats.receiver_dropped.max(r.dropped);
+        for &(start, count) in &r.missing {
+            // Bounded by what is remembered, whatever the report claims.
+            let lo = start.max(self.base);
+            let hi = start
+                .saturating_add(count as u64)
+                .min(self.base + self.sent.len() as u64);
+            for seq in lo..hi {
+                if self.requeue_seq(seq) {
+                    self.stats.reported_lost += 1;
+                }
+            }
+        }
+        for s in &r.stale {
+            let payload = self.payload;
+            let patience = self.rtt.max(REPORT_INTERVAL * 4);
+            let Some(h) = self.blocks.get_mut(&(s.file, s.index)) else {
+                continue;
+            };
+            if h.last_stale
+                .is_some_and(|t| now.saturating_sub(t) < patience)
+            {
+                continue;
+            }
+            h.last_stale = Some(now);
+            let end = s.offset.saturating_add(s.len);
+            for (offset, n) in chunks(h.data.len() as u32, payload) {
+                if offset < end && offset + n > s.offset {
+                    self.retx.push_back(ChunkRef {
+                        file: s.file,
+                        index: s.index,
+                        offset,
+                        len: n,
+                    });
+                }
+            }
+        }
+        while self.base < r.floor && !self.sent.is_empty() {
+            self.sent.pop_front();
+            self.base += 1;
+        }
+        // Intervals in which nothing arrived (before the first datagram,
+        // during an outage) say nothing about the path's rate.
+        if r.interval_us > 0 && r.packets > 0 {
+            self.gather_feedback(now, r);
+        }
+    }
+
+    fn gather_feedback(&mut self, now: Duration, r: &Report) {
+        let g = &mut self.gather;
+        g.interval += Duration::from_micros(r.interval_us as u64);
+        g.bytes += r.bytes;
+        g.packets += r.packets as u64;
+        g.lost += r.lost as u64;
+        g.run = g.run.max(r.longest_run as u64);
+        if r.packets > 0 {
+            g.min_owd = Some(g.min_owd.map_or(r.min_owd_us, |m| m.min(r.min_owd_us)));
+        }
+        if g.interval < FEEDBACK_INTERVAL {
+            return;
+        }
+        let g = std::mem::take(&mut self.gather);
+        self.delivered
+            .push_back(g.bytes as f64 / g.interval.as_secs_f64().max(1e-6));
+        if self.delivered.len() > DELIVERED_WINDOW {
+            self.delivered.pop_front();
+        }
+        let Some(owd) = g.min_owd else {
+            // Nothing arrived: `on_tick` deals with silence.
+            return;
+        };
+        // One-way delays compare only with each other (the clocks differ):
+        // measure from an origin a second below the first sample.
+        let origin = *self.owd_origin.get_or_insert(owd - 1_000_000);
+        let fb = Feedback {
+            interval: g.interval,
+            bytes: g.bytes,
+            packets: g.packets,
+            lost: g.lost,
+            longest_loss_run: g.run,
+            min_one_way: Duration::from_micros((owd - origin).max(0) as u64),
+        };
+        self.controller.on_feedback(now, &fb);
+    }
+
+    /// Call regularly: with no report for a while, the rate backs off.
+    pub fn on_tick(&mut self, now: Duration) {
+        let timeout = (self.rtt * 2).max(REPORT_INTERVAL * 10);
+        let since = now.saturating_sub(self.last_report.max(self.last_timeout));
+        if since >= timeout {
+            self.last_timeout = now;
+            self.controller.on_feedback_timeout(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rate::Fixed;
+
+    fn sender() -> DatagramSender {
+        DatagramSender::new(1472, Duration::from_millis(100), Box::new(Fixed(1 << 20)))
+    }
+
+    #[test]
+    fn retransmissions_go_first_and_only_once() {
+        let now = Duration::ZERO;
+        let mut s = sender();
+        s.add_block(0, 0, [7; 32], Arc::new(vec![1u8; 5000]));
+        let a = s.poll_transmit(now).unwrap();
+        assert_eq!(a.header.hash, Some([7; 32]));
+        let b = s.poll_transmit(now).unwrap();
+        assert_eq!(b.header.hash, None);
+        let report = Report {
+            missing: vec![(a.seq, 1)],
+            ..Report::default()
+        };
+        s.on_report(now, &report);
+        // The same range reported again (a repeated report) is ignored.
+        s.on_report(now, &report);
+        let r = s.poll_transmit(now).unwrap();
+        assert!(r.retransmit);
+        assert_eq!(r.range, a.range);
+        assert!(r.seq > b.seq);
+        let next = s.poll_transmit(now).unwrap();
+        assert!(!next.retransmit);
+        assert_eq!(s.stats.retransmitted, 1);
+    }
+
+    #[test]
+    fn acked_blocks_are_not_sent_again() {
+        let now = Duration::ZERO;
+        let mut s = sender();
+        s.add_block(0, 0, [0; 32], Arc::new(vec![0u8; 3000]));
+        let a = s.poll_transmit(now).unwrap();
+        s.block_acked(0, 0);
+        s.on_report(
+            now,
+            &Report {
+                missing: vec![(a.seq, 1)],
+                ..Report::default()
+            },
+        );
+        assert!(s.poll_transmit(now).is_none());
+        assert!(!s.wants_ping(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn stale_request_requeues_the_named_bytes_once_per_round_trip() {
+        let now = Duration::ZERO;
+        let mut s = sender();
+        s.add_block(2, 5, [0; 32], Arc::new(vec![0u8; 10_000]));
+        while s.poll_transmit(now).is_some() {}
+        let stale = wire::datagram::StaleRange {
+            file: 2,
+            index: 5,
+            offset: 3000,
+            len: 100,
+        };
+        let r = Report {
+            stale: vec![stale],
+            ..Report::default()
+        };
+        s.on_report(now, &r);
+        let c = s.poll_transmit(now).unwrap();
+        assert!(c.range.start <= 3000 && c.range.end > 3000);
+        assert!(s.poll_transmit(now).is_none());
+        s.on_report(now + Duration::from_millis(10), &r);
+        assert!(s.poll_transmit(now).is_none());
+        assert!(s.wants_ping(Duration::from_millis(30)));
+    }
+}

@@ -1,0 +1,400 @@
+//! Datagrams of the UDP data channel (P-23).
+//!
+//! Every datagram starts with a 9-byte cleartext prefix, `kind: u8 | seq:
+//! u64 LE`, where `seq` counts the datagrams one side sends in its direction
+//! and doubles as the AEAD nonce, so a datagram can be opened whatever
+//! arrived before it. The body that follows is sealed and ends with a 16-byte
+//! tag. Data datagrams carry one chunk of a block ([`ChunkHeader`] then
+//! bytes); every other kind is a small [`Signal`].
+
+use crate::buf::{DecodeError, Reader, Writer};
+use crate::MAX_BLOCK_SIZE;
+
+/// `kind | seq`, in clear and authenticated.
+pub const DATAGRAM_PREFIX: usize = 9;
+/// Chunk header without the block hash.
+pub const CHUNK_HEADER_LEN: usize = 24;
+/// The first chunk of a block also carries the block's BLAKE3 hash.
+pub const FIRST_CHUNK_HEADER_LEN: usize = CHUNK_HEADER_LEN + 32;
+/// Most missing-sequence ranges one report carries.
+pub const MAX_MISSING: usize = 64;
+/// Most stale-block requests one report carries.
+pub const MAX_STALE: usize = 16;
+/// Smallest datagram payload the channel uses (IPv6's minimum MTU less headers).
+pub const MIN_PAYLOAD: u16 = 1200;
+
+/// Sequence numbers below this one belong to set-up (hello, probes); the
+/// transfer's datagrams, both ways, count from here, so no number is ever
+/// sealed twice under one key.
+pub const DATA_SEQ_START: u64 = 1 << 32;
+
+pub const KIND_DATA: u8 = 1;
+pub const KIND_REPORT: u8 = 2;
+pub const KIND_HELLO: u8 = 3;
+pub const KIND_HELLO_ACK: u8 = 4;
+pub const KIND_PROBE: u8 = 5;
+pub const KIND_PROBE_ACK: u8 = 6;
+pub const KIND_PING: u8 = 7;
+pub const KIND_STATS: u8 = 8;
+
+/// Writes the cleartext prefix.
+pub fn encode_prefix(out: &mut [u8], kind: u8, seq: u64) {
+    out[0] = kind;
+    out[1..DATAGRAM_PREFIX].copy_from_slice(&seq.to_le_bytes());
+}
+
+/// Reads the cleartext prefix of a received datagram.
+pub fn decode_prefix(b: &[u8]) -> Result<(u8, u64), DecodeError> {
+    let mut r = Reader::new(b);
+    let kind = r.u8()?;
+    if !(KIND_DATA..=KIND_STATS).contains(&kind) {
+        return Err(DecodeError::UnknownTag {
+            what: "datagram kind",
+            tag: kind,
+        });
+    }
+    Ok((kind, r.u64()?))
+}
+
+/// Where a chunk's bytes belong: block `index` of `file`, at `offset` within
+/// the block of `block_len` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHeader {
+    /// Sender's clock in microseconds, for one-way delay differences.
+    pub sent_us: u64,
+    pub file: u32,
+    pub index: u32,
+    pub offset: u32,
+    pub block_len: u32,
+    /// Present exactly when `offset == 0`.
+    pub hash: Option<[u8; 32]>,
+}
+
+impl ChunkHeader {
+    pub fn encoded_len(&self) -> usize {
+        if self.hash.is_some() {
+            FIRST_CHUNK_HEADER_LEN
+        } else {
+            CHUNK_HEADER_LEN
+        }
+    }
+
+    /// Writes the header at the start of `out`; returns its length.
+    pub fn encode_into(&self, out: &mut [u8]) -> usize {
+        out[..8].copy_from_slice(&self.sent_us.to_le_bytes());
+        out[8..12].copy_from_slice(&self.file.to_le_bytes());
+        out[12..16].copy_from_slice(&self.index.to_le_bytes());
+        out[16..20].copy_from_slice(&self.offset.to_le_bytes());
+        out[20..24].copy_from_slice(&self.block_len.to_le_bytes());
+        if let Some(h) = &self.hash {
+            out[24..56].copy_from_slice(h);
+        }
+        self.encoded_len()
+    }
+
+    /// Decodes the header at the start of a data body; the chunk's bytes
+    /// follow it and must fit inside the block.
+    pub fn decode(b: &[u8]) -> Result<(ChunkHeader, usize), DecodeError> {
+        let mut r = Reader::new(b);
+        let sent_us = r.u64()?;
+        let file = r.u32()?;
+        let index = r.u32()?;
+        let offset = r.u32()?;
+        let block_len = r.u32()?;
+        if block_len == 0 || block_len > MAX_BLOCK_SIZE || offset >= block_len {
+            return Err(DecodeError::Invalid("chunk outside its block"));
+        }
+        let hash = if offset == 0 { Some(r.array()?) } else { None };
+        let h = ChunkHeader {
+            sent_us,
+            file,
+            index,
+            offset,
+            block_len,
+            hash,
+        };
+        let len = h.encoded_len();
+        let data = b.len() - len;
+        if data == 0 || offset as u64 + data as u64 > block_len as u64 {
+            return Err(DecodeError::Invalid("chunk outside its block"));
+        }
+        Ok((h, len))
+    }
+}
+
+/// Missing bytes of a block that stopped making progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleRange {
+    pub file: u32,
+    pub index: u32,
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// The receiver's periodic report (P-24): what arrived in the last
+/// interval, for the rate controller, and what is missing, for
+/// retransmission.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    pub interval_us: u32,
+    /// Chunk bytes that arrived in the interval.
+    pub bytes: u64,
+    pub packets: u32,
+    /// Sequence numbers found missing in the interval.
+    pub lost: u32,
+    pub longest_run: u32,
+    /// Smallest (receiver clock − sender timestamp) in the interval, µs;
+    /// only differences between reports mean anything.
+    pub min_owd_us: i64,
+    /// Datagrams the receiver's socket dropped so far (overload).
+    pub dropped: u64,
+    /// The sender need not remember sequence numbers below this one.
+    pub floor: u64,
+    /// Every sequence number below this one arrived or is reported missing.
+    pub highest: u64,
+    /// Ranges `(first seq, count)` that did not arrive.
+    pub missing: Vec<(u64, u32)>,
+    /// Blocks waiting for bytes whose loss went unreported.
+    pub stale: Vec<StaleRange>,
+}
+
+/// Every datagram kind except data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    Report(Report),
+    /// Client → server: the session this UDP flow belongs to.
+    Hello([u8; 16]),
+    HelloAck([u8; 16]),
+    /// Path-MTU probe of `size` bytes in all (padded); answered in kind.
+    Probe(u16),
+    ProbeAck(u16),
+    /// Sent by an idle sender so that a lost tail shows as a gap.
+    Ping,
+    /// The sender's counters, for the receiver's summary.
+    Stats {
+        sent: u64,
+        retransmitted: u64,
+        rate: u64,
+    },
+}
+
+impl Signal {
+    pub fn kind(&self) -> u8 {
+        match self {
+            Signal::Report(_) => KIND_REPORT,
+            Signal::Hello(_) => KIND_HELLO,
+            Signal::HelloAck(_) => KIND_HELLO_ACK,
+            Signal::Probe(_) => KIND_PROBE,
+            Signal::ProbeAck(_) => KIND_PROBE_ACK,
+            Signal::Ping => KIND_PING,
+            Signal::Stats { .. } => KIND_STATS,
+        }
+    }
+
+    /// The body, before sealing. Probes are padded so that the whole
+    /// datagram (prefix, body and tag) is `size` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            Signal::Report(r) => {
+                w.u32(r.interval_us)
+                    .u64(r.bytes)
+                    .u32(r.packets)
+                    .u32(r.lost)
+                    .u32(r.longest_run)
+                    .i64(r.min_owd_us)
+                    .u64(r.dropped)
+                    .u64(r.floor)
+                    .u64(r.highest);
+                w.u8(r.missing.len().min(MAX_MISSING) as u8);
+                for (start, count) in r.missing.iter().take(MAX_MISSING) {
+                    w.u64(*start).u32(*count);
+                }
+                w.u8(r.stale.len().min(MAX_STALE) as u8);
+                for s in r.stale.iter().take(MAX_STALE) {
+                    w.u32(s.file).u32(s.index).u32(s.offset).u32(s.len);
+                }
+            }
+            Signal::Hello(s) | Signal::HelloAck(s) => {
+                w.bytes(s);
+            }
+            Signal::Probe(size) | Signal::ProbeAck(size) => {
+                w.u16(*size);
+                let body = (*size as usize).saturating_sub(DATAGRAM_PREFIX + crate::TAG_LEN);
+                let pad = body.saturating_sub(2);
+                w.bytes(&vec![0; pad]);
+            }
+            Signal::Ping => {}
+            Signal::Stats {
+                sent,
+                retransmitted,
+                rate,
+            } => {
+                w.u64(*sent).u64(*retransmitted).u64(*rate);
+            }
+        }
+        w.buf
+    }
+
+    pub fn decode(kind: u8, b: &[u8]) -> Result<Signal, DecodeError> {
+        let mut r = Reader::new(b);
+        let s = match kind {
+            KIND_REPORT => {
+                let mut rep = Report {
+                    interval_us: r.u32()?,
+                    bytes: r.u64()?,
+                    packets: r.u32()?,
+                    lost: r.u32()?,
+                    longest_run: r.u32()?,
+                    min_owd_us: r.i64()?,
+                    dropped: r.u64()?,
+                    floor: r.u64()?,
+                    highest: r.u64()?,
+                    ..Report::default()
+                };
+                let n = r.u8()? as usize;
+                if n > MAX_MISSING {
+                    return Err(DecodeError::Invalid("too many missing ranges"));
+                }
+                for _ in 0..n {
+                    rep.missing.push((r.u64()?, r.u32()?));
+                }
+                let n = r.u8()? as usize;
+                if n > MAX_STALE {
+                    return Err(DecodeError::Invalid("too many stale blocks"));
+                }
+                for _ in 0..n {
+                    rep.stale.push(StaleRange {
+                        file: r.u32()?,
+                        index: r.u32()?,
+                        offset: r.u32()?,
+                        len: r.u32()?,
+                    });
+                }
+                Signal::Report(rep)
+            }
+            KIND_HELLO => Signal::Hello(r.array()?),
+            KIND_HELLO_ACK => Signal::HelloAck(r.array()?),
+            KIND_PROBE | KIND_PROBE_ACK => {
+                let size = r.u16()?;
+                // Padding is authenticated with the rest; its content is unused.
+                let _ = r.bytes(r.remaining())?;
+                if kind == KIND_PROBE {
+                    Signal::Probe(size)
+                } else {
+                    Signal::ProbeAck(size)
+                }
+            }
+            KIND_PING => Signal::Ping,
+            KIND_STATS => Signal::Stats {
+                sent: r.u64()?,
+                retransmitted: r.u64()?,
+                rate: r.u64()?,
+            },
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "signal kind",
+                    tag,
+                })
+            }
+        };
+        r.finish()?;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_report() -> impl Strategy<Value = Report> {
+        (
+            (any::<u32>(), any::<u64>(), any::<u32>(), any::<u32>()),
+            (
+                any::<u32>(),
+                any::<i64>(),
+                any::<u64>(),
+                any::<(u64, u64)>(),
+            ),
+            proptest::collection::vec((any::<u64>(), any::<u32>()), 0..MAX_MISSING),
+            proptest::collection::vec(any::<(u32, u32, u32, u32)>(), 0..MAX_STALE),
+        )
+            .prop_map(
+                |((i, b, p, l), (run, owd, d, (f, hi)), missing, stale)| Report {
+                    interval_us: i,
+                    bytes: b,
+                    packets: p,
+                    lost: l,
+                    longest_run: run,
+                    min_owd_us: owd,
+                    dropped: d,
+                    floor: f,
+                    highest: hi,
+                    missing,
+                    stale: stale
+                        .into_iter()
+                        .map(|(file, index, offset, len)| StaleRange {
+                            file,
+                            index,
+                            offset,
+                            len,
+                        })
+                        .collect(),
+                },
+            )
+    }
+
+    fn arb_signal() -> impl Strategy<Value = Signal> {
+        prop_oneof![
+            arb_report().prop_map(Signal::Report),
+            any::<[u8; 16]>().prop_map(Signal::Hello),
+            any::<[u8; 16]>().prop_map(Signal::HelloAck),
+            (0u16..9000).prop_map(Signal::Probe),
+            (0u16..9000).prop_map(Signal::ProbeAck),
+            Just(Signal::Ping),
+            any::<(u64, u64, u64)>().prop_map(|(sent, retransmitted, rate)| Signal::Stats {
+                sent,
+                retransmitted,
+                rate
+            }),
+        ]
+    }
+
+    #[test]
+    fn probe_fills_its_size() {
+        let body = Signal::Probe(8972).encode();
+        assert_eq!(DATAGRAM_PREFIX + body.len() + crate::TAG_LEN, 8972);
+    }
+
+    proptest! {
+        #[test]
+        fn signal_roundtrip(s in arb_signal()) {
+            prop_assert_eq!(Signal::decode(s.kind(), &s.encode()).unwrap(), s);
+        }
+
+        #[test]
+        fn signal_decode_never_panics(kind in 0u8..10, b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Signal::decode(kind, &b);
+            let _ = decode_prefix(&b);
+        }
+
+        #[test]
+        fn chunk_roundtrip(sent_us: u64, file: u32, index: u32, block_len in 1u32..=MAX_BLOCK_SIZE, off: u32, hash: [u8; 32], data in 1usize..2000) {
+            let offset = off % block_len;
+            let data = data.min((block_len - offset) as usize);
+            let h = ChunkHeader { sent_us, file, index, offset, block_len, hash: (offset == 0).then_some(hash) };
+            let mut b = vec![0u8; FIRST_CHUNK_HEADER_LEN + data];
+            let n = h.encode_into(&mut b);
+            b.truncate(n + data);
+            prop_assert_eq!(ChunkHeader::decode(&b).unwrap(), (h, n));
+        }
+
+        #[test]
+        fn chunk_decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..100)) {
+            if let Ok((h, n)) = ChunkHeader::decode(&b) {
+                prop_assert!(h.offset as usize + b.len() - n <= h.block_len as usize);
+            }
+        }
+    }
+}
