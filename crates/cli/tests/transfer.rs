@@ -195,3 +195,64 @@ fn rate_cap_holds() {
     let secs = json["duration_s"].as_f64().unwrap();
     assert!(secs > 1.6 && secs < 4.0, "6 MiB at 24 Mbit/s took {secs} s");
 }
+
+/// The UDP channel on loopback, asked for by name (auto picks TCP here):
+/// a file both ways, a tree, and a pull to stdout.
+#[test]
+fn udp_channel_on_loopback() {
+    let env = Env::new();
+    let server = env.serve();
+    let data = random_bytes(48 << 20, 7);
+    let src = env.local.join("u.bin");
+    write_file(&src, &data);
+    let out = env.cp(&[
+        "--json",
+        "--transport",
+        "udp",
+        src.to_str().unwrap(),
+        &env.remote(&server, "/u.bin"),
+    ]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "udp", "{json}");
+    assert!(
+        json["udp"]["datagrams_sent"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    assert!(fs::read(env.root.join("u.bin")).unwrap() == data);
+
+    let out = env.cp(&["--json", &env.remote(&server, "u.bin"), "/dev/null"]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "tcp", "auto on loopback: {json}");
+
+    let out = env.cp(&["--transport", "udp", &env.remote(&server, "u.bin"), "-"]);
+    ok(&out);
+    assert!(out.stdout == data, "stdout copy differs");
+
+    let tree = env.local.join("t");
+    fs::create_dir_all(tree.join("a/b")).unwrap();
+    for i in 0..100 {
+        write_file(&tree.join(format!("a/b/{i}")), format!("{i}").as_bytes());
+    }
+    write_file(&tree.join("empty"), b"");
+    ok(&env.cp(&[
+        "--transport",
+        "udp",
+        "--no-encrypt",
+        "-r",
+        tree.to_str().unwrap(),
+        &env.remote(&server, "/"),
+    ]));
+    assert_same_tree(&tree, &env.root.join("t"));
+    let back = env.local.join("t2");
+    ok(&env.cp(&[
+        "--transport",
+        "udp",
+        "-r",
+        &env.remote(&server, "t"),
+        back.to_str().unwrap(),
+    ]));
+    assert_same_tree(&tree, &back);
+    assert!(temporaries(env.dir.path()).is_empty());
+}

@@ -89,6 +89,7 @@ fn push_and_pull_across_a_long_lossy_link() {
     let data = random_bytes(24 << 20, 77);
     let src = env.local.join("data.bin");
     write_file(&src, &data);
+    // Auto transport: 60 ms is a long path, so the UDP channel carries it.
     let out = cp_in_a(
         &emu,
         &env,
@@ -109,23 +110,125 @@ fn push_and_pull_across_a_long_lossy_link() {
         (58.0..90.0).contains(&rtt),
         "handshake RTT {rtt} ms over a 60 ms path"
     );
+    assert_eq!(json["transport"], "udp", "{json}");
+    let udp = &json["udp"];
+    assert!(
+        udp["datagrams_retransmitted"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    // The link MTU is 1500: the probe must not pick more.
+    assert!(udp["datagram_bytes"].as_u64().unwrap() <= 1472, "{json}");
 
+    // The TCP streams, asked for by name, across the same link.
     let back = env.local.join("back.bin");
-    ok(&cp_in_a(
+    let out = cp_in_a(
         &emu,
         &env,
         &[
+            "--json",
+            "--transport",
+            "tcp",
             "--streams",
             "4",
             &format!("{ADDR_B}:data.bin"),
             back.to_str().unwrap(),
         ],
-    ));
+    );
+    ok(&out);
     assert!(fs::read(&back).unwrap() == data, "pulled copy differs");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "tcp", "{json}");
+    assert_eq!(json["streams"], 4, "{json}");
 
     let report = emu.stop();
     assert!(
         report.a2b.dropped_loss > 0 && report.b2a.dropped_loss > 0,
         "the link did lose packets: {report:?}"
+    );
+}
+
+#[test]
+fn udp_channel_survives_corruption_duplication_and_reordering() {
+    if !require_emulator("the UDP-channel-over-WAN test") {
+        return;
+    }
+    // 100 Mbit/s, 40 ms RTT, and a link that loses, corrupts, duplicates
+    // and reorders datagrams in both directions.
+    let link = LinkConfig {
+        delay: Duration::from_millis(20),
+        rate_bps: Some(100_000_000),
+        loss: 0.01,
+        corrupt: 0.005,
+        duplicate: 0.01,
+        reorder: 0.01,
+        ..Default::default()
+    };
+    let cfg = EmulatorConfig {
+        name: unique_name("udp"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 9000,
+        seed: 23,
+    };
+    let mut emu = Emulator::start(cfg).expect("emulator starts");
+    let env = Env::new();
+    let _server = serve_in_b(&emu, &env);
+
+    // A tree with an empty file, small files and one of several blocks.
+    let tree = env.local.join("tree");
+    fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    write_file(&tree.join("empty"), b"");
+    for i in 0..20u64 {
+        write_file(
+            &tree.join(format!("sub/f{i}")),
+            &random_bytes(1000 + i as usize * 997, i),
+        );
+    }
+    write_file(&tree.join("sub/deeper/big"), &random_bytes(6 << 20, 99));
+
+    // Push under --no-encrypt: corrupted data passes the header's tag but
+    // not the block hash, so whole blocks are sent again.
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &[
+            "--json",
+            "--transport",
+            "udp",
+            "--no-encrypt",
+            "-r",
+            tree.to_str().unwrap(),
+            &format!("{ADDR_B}:/"),
+        ],
+    );
+    ok(&out);
+    assert_same_tree(&tree, &env.root.join("tree"));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "udp", "{json}");
+    assert!(
+        json["udp"]["datagram_bytes"].as_u64().unwrap() > 1472,
+        "jumbo datagrams on a 9000-byte MTU: {json}"
+    );
+
+    // Pull it back encrypted: corruption fails the AEAD, like a loss.
+    let back = env.local.join("back");
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &[
+            "--transport",
+            "udp",
+            "-r",
+            &format!("{ADDR_B}:tree"),
+            back.to_str().unwrap(),
+        ],
+    );
+    ok(&out);
+    assert_same_tree(&tree, &back);
+
+    let report = emu.stop();
+    assert!(
+        report.a2b.corrupted > 0 && report.b2a.corrupted + report.a2b.duplicated > 0,
+        "the link did corrupt and duplicate: {report:?}"
     );
 }

@@ -582,6 +582,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn auto_transport_takes_udp_on_long_paths_only() {
+        let ms = Duration::from_millis;
+        assert_eq!(choose_transport(Transport::Auto, ms(0)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Auto, ms(9)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Auto, ms(10)), Transport::Udp);
+        assert_eq!(choose_transport(Transport::Auto, ms(150)), Transport::Udp);
+        assert_eq!(choose_transport(Transport::Tcp, ms(150)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Udp, ms(0)), Transport::Udp);
+    }
+
+    #[test]
     fn stream_rules() {
         let ms = Duration::from_millis;
         // Loopback: one per core (up to 4).

@@ -175,3 +175,70 @@ pub fn serve(
     }
     (channel, backlog)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secure::Protection;
+
+    fn keys() -> (DatagramKey, DatagramKey) {
+        (
+            DatagramKey::new(Protection::Aes256Gcm, &[1; 32]),
+            DatagramKey::new(Protection::Aes256Gcm, &[2; 32]),
+        )
+    }
+
+    #[test]
+    fn hello_and_probe_over_loopback() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
+            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let payload = client(&mut c, addr, [7; 16], &c2s, &s2c, Duration::from_millis(1))
+                .expect("set-up succeeds");
+            // Loopback's MTU is large: the jumbo size is chosen.
+            assert_eq!(payload, 9000 - 28);
+            stop.store(true, Ordering::Release);
+            let (server, _) = h.join().unwrap();
+            assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
+        });
+    }
+
+    #[test]
+    fn a_silent_port_fails_with_a_reason() {
+        let (c2s, s2c) = keys();
+        // Bound but never answering, like a firewall that drops datagrams.
+        let silent = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let t0 = Instant::now();
+        let e = client(
+            &mut c,
+            silent.local_addr().unwrap(),
+            [7; 16],
+            &c2s,
+            &s2c,
+            Duration::ZERO,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("firewall"), "{}", e.0);
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_hello_for_another_session_is_ignored() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
+            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            assert!(client(&mut c, addr, [8; 16], &c2s, &s2c, Duration::ZERO).is_err());
+            stop.store(true, Ordering::Release);
+            assert_eq!(h.join().unwrap().0.peer(), None);
+        });
+    }
+}
