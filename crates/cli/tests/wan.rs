@@ -81,6 +81,7 @@ fn push_and_pull_across_a_long_lossy_link() {
         b2a: link,
         mtu: 1500,
         seed: 11,
+        block_udp: false,
     };
     let mut emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -169,6 +170,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
         b2a: link,
         mtu: 9000,
         seed: 23,
+        block_udp: false,
     };
     let mut emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -231,4 +233,64 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
         report.a2b.corrupted > 0 && report.b2a.corrupted + report.a2b.duplicated > 0,
         "the link did corrupt and duplicate: {report:?}"
     );
+}
+
+#[test]
+fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
+    if !require_emulator("the UDP-fallback test") {
+        return;
+    }
+    let link = LinkConfig {
+        delay: Duration::from_millis(10),
+        rate_bps: Some(100_000_000),
+        ..Default::default()
+    };
+    let cfg = EmulatorConfig {
+        name: unique_name("fw"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 5,
+        block_udp: true,
+    };
+    let emu = Emulator::start(cfg).expect("emulator starts");
+    let env = Env::new();
+    let _server = serve_in_b(&emu, &env);
+    let data = random_bytes(2 << 20, 5);
+    let src = env.local.join("d.bin");
+    write_file(&src, &data);
+
+    // 20 ms: auto asks for UDP, gets no answer, and moves to TCP streams.
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &["--json", src.to_str().unwrap(), &format!("{ADDR_B}:/d.bin")],
+    );
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "tcp", "{json}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("using TCP streams"),
+        "the fallback is announced: {stderr}"
+    );
+    assert!(fs::read(env.root.join("d.bin")).unwrap() == data);
+
+    // Asked for by name, UDP fails with a reason and a way out.
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &[
+            "--transport",
+            "udp",
+            src.to_str().unwrap(),
+            &format!("{ADDR_B}:/e.bin"),
+        ],
+    );
+    let stderr = fails(&out, 3);
+    assert!(
+        stderr.contains("firewall") && stderr.contains("--transport tcp"),
+        "{stderr}"
+    );
+    assert!(!env.root.join("e.bin").exists());
 }

@@ -26,6 +26,9 @@ pub struct EmulatorConfig {
     pub b2a: LinkConfig,
     pub mtu: u32,
     pub seed: u64,
+    /// Drop every UDP datagram, both ways, as a firewall that lets only TCP
+    /// through would.
+    pub block_udp: bool,
 }
 
 /// What each direction did, reported when the emulator stops.
@@ -93,11 +96,12 @@ impl Emulator {
                 "b2a",
             ),
         ];
+        let block_udp = cfg.block_udp;
         for (input, output, link, label) in pairs {
             let stop = emu.stop.clone();
             let t = std::thread::Builder::new()
                 .name(format!("netem-{label}"))
-                .spawn(move || forward::run(input, output, link, start, stop))?;
+                .spawn(move || forward::run(input, output, link, start, stop, block_udp))?;
             emu.threads.push(t);
         }
         Ok(emu)

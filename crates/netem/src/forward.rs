@@ -27,6 +27,7 @@ pub fn run(
     mut link: Link,
     start: Instant,
     stop: Arc<AtomicBool>,
+    block_udp: bool,
 ) -> (Counters, u64) {
     // SAFETY: prctl with integer arguments only affects this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
@@ -47,6 +48,9 @@ pub fn run(
                 Ok(0) => break,
                 Ok(n) => {
                     busy = true;
+                    if block_udp && is_udp(&buf[..n]) {
+                        continue;
+                    }
                     link.send(start.elapsed(), buf[..n].to_vec());
                 }
                 Err(e)
@@ -85,4 +89,10 @@ pub fn run(
         unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     }
     (link.counters().clone(), write_errors)
+}
+
+/// An IPv4 packet carrying UDP (protocol 17). The emulator's link is
+/// IPv4-only.
+fn is_udp(p: &[u8]) -> bool {
+    p.len() > 9 && p[0] >> 4 == 4 && p[9] == 17
 }

@@ -56,6 +56,9 @@ struct Args {
     /// MTU of both TUN devices.
     #[arg(long, default_value_t = 1500)]
     mtu: u32,
+    /// Drop every UDP datagram both ways (a firewall that passes only TCP).
+    #[arg(long)]
+    block_udp: bool,
     /// Seed for loss and other random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -200,6 +203,7 @@ fn main() {
         b2a,
         mtu: args.mtu,
         seed: args.seed,
+        block_udp: args.block_udp,
     };
     let mut emu = match Emulator::start(cfg) {
         Ok(e) => e,

@@ -17,6 +17,7 @@ fn emulator(tag: &str, link: LinkConfig, mtu: u32) -> Emulator {
         b2a: link,
         mtu,
         seed: 7,
+        block_udp: false,
     };
     Emulator::start(cfg).expect("emulator starts")
 }
