@@ -240,16 +240,15 @@ fn udp_text(r: &Report, u: &driver::UdpReport, secs: f64, goodput: f64, overhead
     );
     if u.drops > 0 {
         out += &format!(
-            "\n  note: the receiving host dropped {} datagrams for lack of socket buffer{}",
-            u.drops,
-            if u.buffer_capped {
-                format!(
-                    " ({} granted, capped by net.core.rmem_max; raise it or run as root)",
-                    bytes(u.buffer)
-                )
-            } else {
-                String::new()
-            }
+            "\n  note: the receiving host dropped {} datagrams for lack of socket buffer (receiver overload)",
+            u.drops
+        );
+    }
+    if u.buffer_capped {
+        out += &format!(
+            "\n  note: the OS capped this side's UDP socket buffer at {} (net.core.rmem_max/wmem_max); \
+             raise them, or run as root, if datagrams are dropped",
+            bytes(u.buffer)
         );
     }
     out

@@ -22,7 +22,9 @@ use crate::handshake;
 use crate::join::{client_join, keyed, DataConn};
 use crate::net::{self, BufferLimits, Tuning};
 use crate::progress::Progress;
-use crate::server::{size_udp_buffers, CONTROL_PROTECTION, SEND_WINDOW, UDP_SEND_WINDOW};
+use crate::server::{
+    size_udp_buffers, udp_buffer, CONTROL_PROTECTION, SEND_WINDOW, UDP_SEND_WINDOW,
+};
 
 /// A callback that shows a one-line notice to the user.
 pub type Notice = Box<dyn Fn(&str) + Send>;
@@ -459,7 +461,8 @@ impl Connected {
             self.rtt,
         )
         .map_err(|e| e.0)?;
-        size_udp_buffers(&channel, &self.cfg.tuning, &self.progress);
+        let want = udp_buffer(self.rtt, self.cfg.rate);
+        size_udp_buffers(&channel, want, &self.cfg.tuning, &self.progress);
         Ok(UdpLink {
             channel,
             send_key,
@@ -613,5 +616,10 @@ mod tests {
         assert_eq!(stream_buffer(ms(150), None, 6), 62_500_000);
         assert_eq!(stream_buffer(ms(1), None, 6), 4 << 20);
         assert_eq!(stream_buffer(ms(600), None, 2), net::FORCED_BUFFER);
+        // UDP buffers: a BDP at the target rate, within bounds.
+        use crate::server::{UDP_BUFFER_MAX, UDP_BUFFER_MIN};
+        assert_eq!(udp_buffer(ms(1), None), UDP_BUFFER_MIN);
+        assert_eq!(udp_buffer(ms(150), None), UDP_BUFFER_MAX);
+        assert_eq!(udp_buffer(ms(150), Some(125_000_000)), 18_750_000);
     }
 }

@@ -31,15 +31,30 @@ pub const SEND_WINDOW: u64 = 512 << 20;
 /// The same over the UDP channel, where the sender holds these bytes in
 /// memory until they are acknowledged (to re-send lost chunks).
 pub const UDP_SEND_WINDOW: u64 = 256 << 20;
-/// Receive buffer asked for a UDP channel socket: about a quarter second at
-/// 2 Gbit/s, so scheduling hiccups do not drop datagrams.
-pub const UDP_BUFFER: usize = 64 << 20;
+/// Bounds of the buffers asked for a UDP channel socket (see
+/// [`udp_buffer`]).
+pub const UDP_BUFFER_MIN: usize = 16 << 20;
+pub const UDP_BUFFER_MAX: usize = 128 << 20;
+
+/// Socket buffer for the UDP channel: one bandwidth-delay product at the
+/// target rate (the `--rate` cap, else 10 Gbit/s), so that a receiver
+/// stalled for as long as a round trip loses nothing, within
+/// [`UDP_BUFFER_MIN`]..[`UDP_BUFFER_MAX`].
+pub fn udp_buffer(rtt: Duration, rate: Option<u64>) -> usize {
+    let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
+    ((target * rtt.as_secs_f64()) as usize).clamp(UDP_BUFFER_MIN, UDP_BUFFER_MAX)
+}
 /// How long the server waits for the client's hello and choice of transport.
 const UDP_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Sizes a UDP channel's buffers and records what the OS granted.
-pub fn size_udp_buffers(channel: &udp::UdpChannel, tuning: &Tuning, progress: &Progress) {
-    let b = channel.size_buffers(UDP_BUFFER, tuning.force_buffer.is_some());
+pub fn size_udp_buffers(
+    channel: &udp::UdpChannel,
+    want: usize,
+    tuning: &Tuning,
+    progress: &Progress,
+) {
+    let b = channel.size_buffers(want, tuning.force_buffer.is_some());
     Progress::set(&progress.udp_buffer, b.recv as u64);
     Progress::set(&progress.udp_buffer_capped, b.capped as u64);
     if b.capped {
@@ -448,7 +463,8 @@ impl Server {
                         format!("client chose an impossible datagram size {udp_payload}"),
                     ));
                 }
-                size_udp_buffers(&channel, &self.cfg.tuning, progress);
+                let want = udp_buffer(est.rtt, rate_of(req));
+                size_udp_buffers(&channel, want, &self.cfg.tuning, progress);
                 Ok(Plan::Udp(Box::new(UdpLink {
                     channel,
                     send_key,
