@@ -27,7 +27,12 @@
 //!    bounds startup's overshoot while its feedback lags.)
 //! 5. **Cruise** paces at the estimate times a gain that cycles over eight
 //!    reports: 1.15 once (probe for more), 0.9 once (drain), then 1.0.
-//! 6. **Silence.** With no report for a while the rate halves; when reports
+//! 6. **Fair share.** Backing off for delay stops at half of the path's
+//!    peak capacity (a maximum that decays with a 30 s half-life), unless
+//!    a quarter of the datagrams are being lost: competing flows keep at
+//!    least half the link, and a flow that keeps the queue full (loss-based
+//!    TCP, BBR) cannot starve the transfer.
+//! 7. **Silence.** With no report for a while the rate halves; when reports
 //!    come back far below the old estimate, startup runs again.
 //!
 //! The rate never exceeds the cap and never falls below 64 KiB/s.
@@ -43,6 +48,15 @@ const BASE_DELAY_WINDOW: Duration = Duration::from_secs(10);
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(10);
 const CLUSTER_RUN: u64 = 8;
 const GAINS: [f64; 8] = [1.15, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Backing off for queueing delay stops at this fraction of the path's
+/// (decaying) peak capacity: enough to leave competing flows the rest, and
+/// not so far that a loss-driven or BBR flow that keeps the queue full
+/// starves the transfer.
+const FAIR_SHARE: f64 = 0.5;
+const PEAK_HALF_LIFE: Duration = Duration::from_secs(30);
+/// Above this loss rate a report is not mere noise: the share floor does
+/// not hold (the path itself may have shrunk).
+const HEAVY_LOSS: f64 = 0.25;
 /// Round trip assumed until the caller gives one.
 const DEFAULT_RTT: Duration = Duration::from_millis(100);
 
@@ -67,6 +81,9 @@ pub struct Adaptive {
     full_rate: f64,
     flat_rounds: u32,
     round_end: Duration,
+    /// The best capacity seen, decaying with a half-life of
+    /// [`PEAK_HALF_LIFE`]: what "a fair share of the path" refers to.
+    peak: f64,
     /// Reports that showed congestion, for the summary.
     pub congestion_events: u64,
 }
@@ -87,6 +104,7 @@ impl Adaptive {
             full_rate: 0.0,
             flat_rounds: 0,
             round_end: Duration::ZERO,
+            peak: 0.0,
             congestion_events: 0,
         }
     }
@@ -154,6 +172,13 @@ impl Adaptive {
         if self.estimates.len() > ESTIMATE_WINDOW {
             self.estimates.pop_front();
         }
+        let decay = 0.5f64.powf(fb.interval.as_secs_f64() / PEAK_HALF_LIFE.as_secs_f64());
+        self.peak = (self.peak * decay).max(capacity);
+        let share = if loss < HEAVY_LOSS {
+            self.peak * FAIR_SHARE
+        } else {
+            0.0
+        };
         let base = self.base_delay(now, fb.min_one_way);
         let queueing = fb.min_one_way.saturating_sub(base);
         let threshold = MIN_QUEUE_DELAY.max(self.rtt / 8);
@@ -166,7 +191,7 @@ impl Adaptive {
             self.cycle = 2;
             // A deep queue (startup's overshoot) is drained faster.
             let gain = if queueing > threshold * 4 { 0.6 } else { 0.85 };
-            self.set(delivered * gain);
+            self.set((delivered * gain).max(share));
             return;
         }
         match self.phase {
@@ -206,13 +231,14 @@ impl Adaptive {
                 if est < self.rate * 0.25 {
                     // Far below where we were (after an outage): look again.
                     self.phase = Phase::Startup;
+                    self.peak = est;
                     self.full_rate = 0.0;
                     self.flat_rounds = 0;
                     self.set(est.max(FLOOR));
                     return;
                 }
                 self.cycle = (self.cycle + 1) % GAINS.len();
-                self.set(est * GAINS[self.cycle]);
+                self.set((est * GAINS[self.cycle]).max(share));
             }
         }
     }
