@@ -88,7 +88,8 @@ pub struct UdpJson {
     pub datagrams_retransmitted: u64,
     pub datagrams_lost: u64,
     pub datagrams_received: u64,
-    /// Bits per second on the wire, averaged over the transfer.
+    /// Datagram bits per second (UDP payload) while data flowed, from the
+    /// first datagram to the last: the rate the pacer held.
     pub average_rate_bps: f64,
     /// The sender's rate when the transfer ended, bits per second.
     pub final_rate_bps: f64,
@@ -120,7 +121,7 @@ pub fn json(r: &Report, direction: &str) -> String {
             datagrams_retransmitted: u.resent,
             datagrams_lost: u.lost,
             datagrams_received: u.received,
-            average_rate_bps: r.wire_bytes as f64 * 8.0 / secs,
+            average_rate_bps: u.average_rate as f64 * 8.0,
             final_rate_bps: u.final_rate as f64 * 8.0,
             receiver_drops: u.drops,
             receive_buffer_bytes: u.buffer,
@@ -235,7 +236,7 @@ fn udp_text(r: &Report, u: &driver::UdpReport, secs: f64, goodput: f64, overhead
         u.resent,
         pct(u.resent, u.sent),
         u.lost,
-        bits_per_sec(r.wire_bytes as f64 * 8.0 / secs),
+        bits_per_sec(u.average_rate as f64 * 8.0),
         bits_per_sec(u.final_rate as f64 * 8.0),
     );
     if u.drops > 0 {

@@ -65,6 +65,8 @@ pub struct UdpReport {
     pub received: u64,
     /// The sending rate at the end, bytes per second.
     pub final_rate: u64,
+    /// Datagram bytes per second while data flowed (first to last datagram).
+    pub average_rate: u64,
     pub drops: u64,
     pub buffer: u64,
     pub buffer_capped: bool,
@@ -124,6 +126,8 @@ impl Tail {
             lost: get(&p.dgrams_lost),
             received: get(&p.dgrams_received),
             final_rate: get(&p.udp_rate),
+            average_rate: (get(&p.udp_bytes) as f64 * 1e6 / get(&p.udp_active_us).max(1) as f64)
+                as u64,
             drops: get(&p.udp_drops),
             buffer: get(&p.udp_buffer),
             buffer_capped: get(&p.udp_buffer_capped) != 0,

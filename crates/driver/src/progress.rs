@@ -30,6 +30,11 @@ pub struct Progress {
     pub dgrams_received: AtomicU64,
     /// The sending rate now, bytes per second (the peer's, on a receiver).
     pub udp_rate: AtomicU64,
+    /// Datagram bytes this side sent (sender) or received (receiver), and
+    /// the microseconds from the first to the last of them: their ratio is
+    /// the average rate while data flowed.
+    pub udp_bytes: AtomicU64,
+    pub udp_active_us: AtomicU64,
     /// Datagrams dropped by the receiving host's full socket buffers.
     pub udp_drops: AtomicU64,
     /// Receive buffer granted to the UDP socket, and whether the OS capped it.

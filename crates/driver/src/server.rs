@@ -329,17 +329,11 @@ impl Server {
                 udp_port,
             })
             .map_err(|e| TransferError::lost("accepting the request", &e))
-            .and_then(|()| match udp {
-                Some(channel) => self.udp_or_streams(
-                    channel,
-                    &est,
-                    protection,
-                    &mut ctrl_r,
-                    &rx,
-                    &req,
-                    &progress,
-                ),
-                None => gather(&rx, req.streams).map(Plan::Tcp),
+            .and_then(|()| match req.transport {
+                TRANSPORT_UDP => {
+                    self.udp_or_streams(udp, &est, protection, &mut ctrl_r, &rx, &req, &progress)
+                }
+                _ => gather(&rx, req.streams).map(Plan::Tcp),
             });
         self.sessions
             .lock()
@@ -414,12 +408,13 @@ enum Plan {
 }
 
 impl Server {
-    /// After offering UDP: answer the client's hello and probes until it
-    /// says, on the control connection, which transport to use (P-23).
+    /// After a UDP request: answer the client's hello and probes (if a UDP
+    /// socket could be opened) until it says, on the control connection,
+    /// which transport to use (P-23).
     #[allow(clippy::too_many_arguments)]
     fn udp_or_streams(
         &self,
-        channel: udp::UdpChannel,
+        channel: Option<udp::UdpChannel>,
         est: &handshake::Established,
         protection: Protection,
         ctrl_r: &mut crate::framed::FrameReader,
@@ -430,18 +425,17 @@ impl Server {
         let (send_key, recv_key) = datagram::keys(&est.keys, protection, false);
         let stop = std::sync::atomic::AtomicBool::new(false);
         let session = est.keys.session_id();
-        let ((channel, backlog), choice) = std::thread::scope(|scope| {
-            let responder =
-                scope.spawn(|| setup::serve(channel, session, &send_key, &recv_key, &stop));
-            ctrl_r
-                .get_ref()
-                .set_read_timeout(Some(UDP_SETUP_TIMEOUT))
-                .ok();
+        // The client's set-up may take tens of round trips on a slow path.
+        let patience = UDP_SETUP_TIMEOUT.max(est.rtt * 60);
+        let (answered, choice) = std::thread::scope(|scope| {
+            let responder = channel
+                .map(|c| scope.spawn(|| setup::serve(c, session, &send_key, &recv_key, &stop)));
+            ctrl_r.get_ref().set_read_timeout(Some(patience)).ok();
             let choice = ctrl_r.read_msg();
             ctrl_r.get_ref().set_read_timeout(None).ok();
             stop.store(true, Ordering::Release);
-            let channel = responder.join().expect("responder does not panic");
-            (channel, choice)
+            let answered = responder.map(|r| r.join().expect("responder does not panic"));
+            (answered, choice)
         });
         match choice {
             Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
@@ -449,12 +443,12 @@ impl Server {
                 gather(joined, req.streams).map(Plan::Tcp)
             }
             Ok(Some(Msg::UseTransport { udp_payload })) => {
-                if channel.peer().is_none() {
+                let Some((channel, backlog)) = answered.filter(|(c, _)| c.peer().is_some()) else {
                     return Err(TransferError::new(
                         ErrorCode::Protocol,
                         "client chose UDP but no valid hello arrived",
                     ));
-                }
+                };
                 if (udp_payload as usize) < wire::datagram::MIN_PAYLOAD as usize
                     || udp_payload as usize > udp::MAX_PAYLOAD
                 {

@@ -19,23 +19,28 @@
 //!    when the queueing delay is over four times the threshold), resets
 //!    the estimate to it, and leaves startup.
 //! 4. **Startup** doubles the rate once per round trip (by
-//!    `2^(interval / rtt)` each report) until congestion shows, or the
-//!    capacity estimate has grown less than 25% in three round trips (the
-//!    bottleneck is full); then the rate drops to 90% of the estimate for
-//!    one report to drain the queue it built. (The sender also caps bytes
-//!    in flight at twice the delivered rate times the round trip, which
-//!    bounds startup's overshoot while its feedback lags.)
+//!    `2^min(1, interval / rtt)` each report) until congestion shows, or
+//!    the capacity estimate has grown less than 25% in three round trips
+//!    (the bottleneck is full); then the rate drops to 90% of the estimate
+//!    for one report to drain the queue it built. (The sender,
+//!    `session::datagram`, also caps bytes in flight at twice the best
+//!    recent delivery rate times the round trip plus two report intervals,
+//!    which bounds startup's overshoot while its feedback lags.)
 //! 5. **Cruise** paces at the estimate times a gain that cycles over eight
 //!    reports: 1.15 once (probe for more), 0.9 once (drain), then 1.0.
-//! 6. **Fair share.** Backing off for delay stops at half of the path's
-//!    peak capacity (a maximum that decays with a 30 s half-life), unless
-//!    a quarter of the datagrams are being lost: competing flows keep at
-//!    least half the link, and a flow that keeps the queue full (loss-based
-//!    TCP, BBR) cannot starve the transfer.
-//! 7. **Silence.** With no report for a while the rate halves; when reports
-//!    come back far below the old estimate, startup runs again.
+//! 6. **Fair share.** Backing off (for delay or clustered loss) and
+//!    cruising stop at half of the path's peak capacity (a maximum that
+//!    decays with a 30 s half-life), unless a quarter of the datagrams are
+//!    being lost: competing flows keep at least half the link, and a flow
+//!    that keeps the queue full (loss-based TCP, BBR) cannot starve a
+//!    transfer that held the link first. A transfer that joins a link
+//!    already full never saw its peak, so it yields more.
+//! 7. **Silence.** With no report for a while the rate halves; when the
+//!    estimate comes back below a quarter of the rate in force (after an
+//!    outage), startup runs again from the estimate.
 //!
-//! The rate never exceeds the cap and never falls below 64 KiB/s.
+//! The rate never exceeds the cap and never falls below 64 KiB/s (or the
+//! cap, if that is lower).
 
 use std::collections::VecDeque;
 use std::time::Duration;

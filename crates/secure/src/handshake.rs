@@ -70,7 +70,7 @@ impl SessionKeys {
         *h.finalize().as_bytes()
     }
 
-    /// Key for the datagrams one side sends on the UDP data channel (P-23),
+    /// Key for the datagrams one side sends on the UDP data channel (P-3, P-24),
     /// distinct from every TCP stream's key.
     pub fn datagram_key(&self, dir: Direction) -> [u8; 32] {
         let mut h = blake3::Hasher::new_derive_key("haul 2026-11 datagram key v1");

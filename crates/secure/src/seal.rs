@@ -187,7 +187,7 @@ impl Opener {
     }
 }
 
-/// Seals and opens datagrams (P-23): each carries its own sequence number,
+/// Seals and opens datagrams (P-24): each carries its own sequence number,
 /// used as the nonce, so datagrams open in any order. A side must never seal
 /// two datagrams with the same sequence number under one key.
 pub struct DatagramKey {

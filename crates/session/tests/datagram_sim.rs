@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use netsim::{GilbertElliott, Link, LinkConfig};
 use rate::Adaptive;
-use session::datagram::{DatagramReceiver, DatagramSender, REPORT_INTERVAL};
+use session::datagram::{report_interval, DatagramReceiver, DatagramSender};
 use wire::datagram::{
     decode_prefix, encode_prefix, ChunkHeader, Signal, DATAGRAM_PREFIX, KIND_DATA,
 };
@@ -88,7 +88,7 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
     let mut acks: VecDeque<(Duration, u32)> = VecDeque::new();
     let mut now = Duration::ZERO;
     let mut next_send = Duration::ZERO;
-    let mut next_report = REPORT_INTERVAL;
+    let mut next_report = report_interval(rtt);
     let limit = Duration::from_secs(3600);
     let window = 256;
     while done_count < blocks {
@@ -122,7 +122,7 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
             } else {
                 break;
             };
-            let len = pkt.len() + 16 + 28;
+            let len = pkt.len() + 16 - CHECK;
             fwd.send(now, pkt);
             sent_any = true;
             next_send += Duration::from_secs_f64(len as f64 / tx.rate() as f64);
@@ -134,7 +134,7 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
         while let Some(p) = fwd.poll(now) {
             let Some(body) = open(&p) else { continue };
             let (kind, seq) = decode_prefix(body).unwrap();
-            rx.on_seq(now, seq);
+            rx.on_seq(now, seq, p.len() + 16 - CHECK);
             if kind != KIND_DATA {
                 continue;
             }
@@ -160,7 +160,7 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
             for r in rx.poll_reports(now) {
                 rev.send(now, signal(0, &Signal::Report(r)));
             }
-            next_report += REPORT_INTERVAL;
+            next_report += report_interval(rtt);
         }
         while let Some(p) = rev.poll(now) {
             let Some(body) = open(&p) else { continue };

@@ -1,4 +1,4 @@
-//! Datagrams of the UDP data channel (P-23).
+//! Datagrams of the UDP data channel (P-24).
 //!
 //! Every datagram starts with a 9-byte cleartext prefix, `kind: u8 | seq:
 //! u64 LE`, where `seq` counts the datagrams one side sends in its direction
@@ -131,7 +131,7 @@ pub struct StaleRange {
     pub len: u32,
 }
 
-/// The receiver's periodic report (P-24): what arrived in the last
+/// The receiver's periodic report (P-25): what arrived in the last
 /// interval, for the rate controller, and what is missing, for
 /// retransmission.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -150,7 +150,8 @@ pub struct Report {
     pub dropped: u64,
     /// The sender need not remember sequence numbers below this one.
     pub floor: u64,
-    /// Every sequence number below this one arrived or is reported missing.
+    /// The next sequence number the receiver expects: every number below it
+    /// arrived or was found missing (and reported).
     pub highest: u64,
     /// Ranges `(first seq, count)` that did not arrive.
     pub missing: Vec<(u64, u32)>,
@@ -317,8 +318,8 @@ mod tests {
                 any::<u64>(),
                 any::<(u64, u64)>(),
             ),
-            proptest::collection::vec((any::<u64>(), any::<u32>()), 0..MAX_MISSING),
-            proptest::collection::vec(any::<(u32, u32, u32, u32)>(), 0..MAX_STALE),
+            proptest::collection::vec((any::<u64>(), any::<u32>()), 0..=MAX_MISSING),
+            proptest::collection::vec(any::<(u32, u32, u32, u32)>(), 0..=MAX_STALE),
         )
             .prop_map(
                 |((i, b, p, l), (run, owd, d, (f, hi)), missing, stale)| Report {

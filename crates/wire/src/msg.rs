@@ -80,7 +80,8 @@ pub struct Entry {
 pub enum ErrorCode {
     Other = 1,
     BadRequest = 2,
-    /// Never sent: the client could not reach the server.
+    /// The client could not reach the server (never sent for that), or the
+    /// UDP channel could not be set up under `--transport udp`.
     Connect = 3,
     Auth = 4,
     Protocol = 5,

@@ -1,4 +1,4 @@
-//! The UDP data channel's threads (P-23, P-24): set-up (hello and path-MTU
+//! The UDP data channel's threads (P-23 to P-26): set-up (hello and path-MTU
 //! probes), the paced sender, and the receiver. The protocol decisions are
 //! in `session::datagram`; this module only moves datagrams between it and
 //! the socket, and seals and opens them.
@@ -106,7 +106,7 @@ pub enum Opened<'a> {
 }
 
 /// Opens a datagram in place. `None` for anything that fails: a forged,
-/// corrupted or foreign datagram is dropped like a lost one (P-23).
+/// corrupted or foreign datagram is dropped like a lost one (P-24).
 pub fn open<'a>(key: &DatagramKey, d: &'a mut [u8]) -> Option<Opened<'a>> {
     let (kind, seq) = decode_prefix(d).ok()?;
     let body_end = d.len().checked_sub(TAG_LEN)?;
@@ -148,6 +148,18 @@ pub fn open<'a>(key: &DatagramKey, d: &'a mut [u8]) -> Option<Opened<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever arrives on the socket, opening never panics and never
+        /// accepts what the key did not seal.
+        #[test]
+        fn open_refuses_arbitrary_bytes(mut d in proptest::collection::vec(any::<u8>(), 0..2000), p in 0usize..3) {
+            let p = [Protection::Aes256Gcm, Protection::ChaCha20Poly1305, Protection::IntegrityOnly][p];
+            let k = DatagramKey::new(p, &[5; 32]);
+            prop_assert!(open(&k, &mut d).is_none());
+        }
+    }
 
     #[test]
     fn chunks_and_signals_open_under_every_protection() {

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use session::datagram::{Completed, DatagramReceiver, REPORT_INTERVAL};
+use session::datagram::{Completed, DatagramReceiver};
 use session::BlockVerdict;
 use udp::RecvBatch;
 use wire::datagram::{Signal, DATA_SEQ_START};
@@ -64,8 +64,10 @@ fn receive(
     let mut batch = RecvBatch::default();
     let drops_at_start = udp::receive_buffer_drops().unwrap_or(0);
     let mut seq = DATA_SEQ_START;
-    let mut next_report = REPORT_INTERVAL;
+    let interval = r.report_interval();
+    let mut next_report = interval;
     let mut last_heard = Instant::now();
+    let (mut first_heard, mut bytes_heard) = (None::<Instant>, 0u64);
     Progress::set(&p.udp_payload, link.payload as u64);
     let mut backlog = std::mem::take(&mut link.backlog);
     while !sh.stopped() && !sh.is_done() {
@@ -82,18 +84,23 @@ fn receive(
             let now_us = now.as_micros() as u64;
             let mut completed = Vec::new();
             let mut wire = 0u64;
+            // Only authenticated datagrams count as hearing from the sender.
+            let mut heard = false;
             let mut handle = |d: &mut [u8]| {
-                wire += (d.len() + link.channel.header_overhead()) as u64;
+                let len = d.len();
+                wire += (len + link.channel.header_overhead()) as u64;
                 match open(&link.recv_key, d) {
                     Some(Opened::Chunk { seq, header, data }) => {
-                        r.on_seq(now, seq);
+                        heard = true;
+                        r.on_seq(now, seq, len);
                         if let Some(c) = r.on_chunk(now, now_us, &header, data) {
                             completed.push(c);
                         }
                     }
                     Some(Opened::Signal { seq, signal }) => {
+                        heard = true;
                         if seq >= DATA_SEQ_START {
-                            r.on_seq(now, seq);
+                            r.on_seq(now, seq, len);
                         }
                         if let Signal::Stats {
                             sent,
@@ -117,7 +124,13 @@ fn receive(
                 }
             }
             Progress::add(&p.wire_rx, wire);
-            last_heard = Instant::now();
+            if heard {
+                last_heard = Instant::now();
+                bytes_heard += wire - (n as u64) * link.channel.header_overhead() as u64;
+                let first = *first_heard.get_or_insert(last_heard);
+                Progress::set(&p.udp_bytes, bytes_heard);
+                Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
+            }
             for c in completed {
                 // Blocks while the workers are busy: the socket buffer
                 // absorbs the wait, and overload shows as drops.
@@ -125,7 +138,8 @@ fn receive(
                     return Ok(());
                 }
             }
-        } else if last_heard.elapsed() > SILENCE_TIMEOUT {
+        }
+        if last_heard.elapsed() > SILENCE_TIMEOUT {
             return Err(TransferError::new(
                 ErrorCode::ConnectionLost,
                 format!(
@@ -150,7 +164,7 @@ fn receive(
                     (d.len() + link.channel.header_overhead()) as u64,
                 );
             }
-            next_report = now + REPORT_INTERVAL;
+            next_report = now + interval;
             Progress::set(&p.dgrams_received, r.stats.datagrams);
             Progress::set(&p.dgrams_lost, r.stats.lost);
             Progress::set(&p.udp_drops, r.dropped);

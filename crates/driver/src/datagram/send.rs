@@ -21,8 +21,10 @@ use crate::engine::{read_next_block, Shared};
 use crate::error::TransferError;
 use crate::progress::Progress;
 
-/// First rate tried: 32 Mbit/s, doubled every round trip from there.
-const INITIAL_RATE: u64 = 4_000_000;
+/// First rate tried: 100 Mbit/s, doubled every round trip from there. A
+/// slower path sees one round trip of overshoot, which the in-flight cap
+/// bounds and the retransmissions repair.
+const INITIAL_RATE: u64 = 12_500_000;
 /// Fresh bytes kept cut into chunks ahead of the pacer.
 const QUEUE_AHEAD: u64 = 8 << 20;
 /// Longest sleep between checks of the socket and the queues.
@@ -79,6 +81,7 @@ fn pump(
     let mut last_report = Instant::now();
     let mut last_stats = Instant::now();
     let send_timeout = Duration::from_secs(5);
+    let (mut first_sent, mut bytes_sent) = (None::<Instant>, 0u64);
     while !sh.stopped() && !sh.is_done() {
         let now = start.elapsed();
         while let Ok(list) = acks.try_recv() {
@@ -127,6 +130,9 @@ fn pump(
         let burst = (rate * 0.004).max((2 * segments * link.payload) as f64);
         credit = credit.min(burst);
         let mut sent_any = false;
+        // Credit left but nothing sendable: nothing queued, or the in-flight
+        // cap reached; only a report or a new block changes that.
+        let mut starved = false;
         while credit >= link.payload as f64 {
             out.clear();
             let mut n = 0;
@@ -153,7 +159,9 @@ fn pump(
                 if tx.wants_ping(now) {
                     let seq = tx.signal_seq(now);
                     out = seal_signal(&link.send_key, seq, &Signal::Ping);
+                    n = 1;
                 } else {
+                    starved = true;
                     break;
                 }
             }
@@ -166,6 +174,10 @@ fn pump(
             );
             credit -= out.len() as f64;
             sent_any = true;
+            bytes_sent += out.len() as u64;
+            let first = *first_sent.get_or_insert_with(Instant::now);
+            Progress::set(&p.udp_bytes, bytes_sent);
+            Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
         }
         // Counters for the receiver's summary: regularly, and more often
         // once idle near the end, so the last ones arrive before it ends.
@@ -206,12 +218,12 @@ fn pump(
             Progress::set(&p.udp_rate, tx.rate());
         }
         // Sleep until the next datagram's credit, watching for reports;
-        // longer when there is nothing to send.
-        let wait = if tx.queued_bytes() > 0 || sent_any {
+        // a millisecond (or until a report) when nothing can be sent.
+        let wait = if starved || (tx.queued_bytes() == 0 && !sent_any) {
+            Duration::from_millis(1)
+        } else {
             let need = (link.payload as f64 - credit).max(0.0);
             Duration::from_secs_f64(need / rate.max(1.0)).min(MAX_SLEEP)
-        } else {
-            Duration::from_millis(1)
         };
         if wait >= Duration::from_millis(1) {
             if link.channel.recv(&mut batch, wait).unwrap_or(0) > 0 {

@@ -38,11 +38,21 @@ pub fn client(
         .map_err(|e| SetupFailed(format!("cannot reach UDP port {server}: {e}")))?;
     let mut seq = 0u64;
     let mut batch = RecvBatch::default();
+    // Path MTU candidates: the route's, capped at jumbo size, then the
+    // 1500-byte Ethernet size, then the IPv6 minimum.
+    let overhead = channel.header_overhead();
+    let route = channel.route_mtu().unwrap_or(1500).min(JUMBO_MTU);
+    let mut sizes = vec![route - overhead];
+    for s in [1500 - overhead, MIN_PAYLOAD as usize] {
+        if s < sizes[sizes.len() - 1] {
+            sizes.push(s);
+        }
+    }
     let patience = (rtt * 10).max(Duration::from_secs(3));
     let resend = (rtt * 2).max(Duration::from_millis(200));
     let deadline = Instant::now() + patience;
     let mut next_hello = Instant::now();
-    let mut welcomed = false;
+    let (mut welcomed, mut largest_echoed) = (false, false);
     while !welcomed {
         let now = Instant::now();
         if now >= deadline {
@@ -52,34 +62,34 @@ pub fn client(
             )));
         }
         if now >= next_hello {
-            let d = seal_signal(send_key, seq, &Signal::Hello(session));
-            seq += 1;
-            let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+            // The largest probe rides right behind the hello, so a path
+            // that carries it costs no extra round trip.
+            for sig in [Signal::Hello(session), Signal::Probe(sizes[0] as u16)] {
+                let d = seal_signal(send_key, seq, &sig);
+                seq += 1;
+                let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+            }
             next_hello = now + resend;
         }
         let wait = next_hello.min(deadline).saturating_duration_since(now);
         if channel.recv(&mut batch, wait).unwrap_or(0) > 0 {
-            batch.for_each(|_, d| {
-                if let Some(Opened::Signal {
+            batch.for_each(|_, d| match open(recv_key, d) {
+                Some(Opened::Signal {
                     signal: Signal::HelloAck(s),
                     ..
-                }) = open(recv_key, d)
-                {
-                    welcomed |= s == session;
-                }
+                }) => welcomed |= s == session,
+                Some(Opened::Signal {
+                    signal: Signal::ProbeAck(n),
+                    ..
+                }) => largest_echoed |= n as usize == sizes[0],
+                _ => {}
             });
         }
     }
-    // Path MTU: the route's, capped at jumbo size, then the 1500-byte
-    // Ethernet size, then the IPv6 minimum.
-    let overhead = channel.header_overhead();
-    let route = channel.route_mtu().unwrap_or(1500).min(JUMBO_MTU);
-    let mut sizes = vec![route - overhead];
-    for s in [1500 - overhead, MIN_PAYLOAD as usize] {
-        if s < sizes[sizes.len() - 1] {
-            sizes.push(s);
-        }
+    if largest_echoed {
+        return Ok(sizes[0]);
     }
+    // The echo may still be on its way: the first probe round waits for it.
     let wait = (rtt * 3).max(Duration::from_millis(100));
     for size in sizes {
         for _ in 0..3 {

@@ -1,4 +1,4 @@
-//! The receiving half of the UDP channel (P-23, P-24).
+//! The receiving half of the UDP channel (P-25, P-26).
 //!
 //! Every authenticated datagram's sequence number goes through
 //! [`DatagramReceiver::on_seq`]: a jump forward marks the numbers skipped
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use wire::datagram::{ChunkHeader, Report, StaleRange, DATA_SEQ_START, MAX_MISSING, MAX_STALE};
 
-use super::{REPORT_INTERVAL, REPORT_REPEATS};
+use super::{report_interval, REPORT_INTERVAL, REPORT_REPEATS};
 
 /// A block whose bytes have all arrived; its hash is still to be checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,11 +140,13 @@ impl DatagramReceiver {
         self.rtt * 2 + REPORT_INTERVAL * 10
     }
 
-    /// An authenticated datagram numbered `seq` arrived. Returns false for
-    /// a duplicate.
-    pub fn on_seq(&mut self, now: Duration, seq: u64) -> bool {
+    /// An authenticated datagram of `len` bytes (UDP payload) numbered
+    /// `seq` arrived. Returns false for a duplicate. The interval's byte
+    /// count is in datagram bytes, the unit the sender paces in.
+    pub fn on_seq(&mut self, now: Duration, seq: u64, len: usize) -> bool {
         self.stats.datagrams += 1;
         self.interval.packets += 1;
+        self.interval.bytes += len as u64;
         if seq >= self.highest {
             if seq > self.highest {
                 let gap = seq - self.highest;
@@ -212,7 +214,6 @@ impl DatagramReceiver {
     ) -> Option<Completed> {
         let owd = now_us as i64 - h.sent_us as i64;
         self.interval.min_owd = Some(self.interval.min_owd.map_or(owd, |m| m.min(owd)));
-        self.interval.bytes += data.len() as u64;
         self.stats.bytes += data.len() as u64;
         let key = (h.file, h.index);
         if self.completed.contains(&key) {
@@ -264,7 +265,12 @@ impl DatagramReceiver {
         self.assemblies.len()
     }
 
-    /// The reports to send now (call once per [`REPORT_INTERVAL`]): the
+    /// How often to call [`DatagramReceiver::poll_reports`].
+    pub fn report_interval(&self) -> Duration {
+        report_interval(self.rtt)
+    }
+
+    /// The reports to send now (call once per report interval): the
     /// first carries the interval's figures, all carry missing ranges and
     /// stale-block requests.
     pub fn poll_reports(&mut self, now: Duration) -> Vec<Report> {
@@ -373,9 +379,9 @@ mod tests {
         let mut r = DatagramReceiver::new(t(100), t(0));
         let s0 = DATA_SEQ_START;
         for s in [0, 1, 5, 6, 3] {
-            assert!(r.on_seq(t(0), s0 + s));
+            assert!(r.on_seq(t(0), s0 + s, 100));
         }
-        assert!(!r.on_seq(t(0), s0 + 5));
+        assert!(!r.on_seq(t(0), s0 + 5, 100));
         assert_eq!(r.stats.lost, 2);
         assert_eq!(r.stats.reordered, 1);
         // Within the reorder grace nothing is reported yet.
@@ -425,7 +431,7 @@ mod tests {
         let t = Duration::from_millis;
         let mut r = DatagramReceiver::new(t(10), t(0));
         for s in 0..200u64 {
-            r.on_seq(t(0), DATA_SEQ_START + s * 2);
+            r.on_seq(t(0), DATA_SEQ_START + s * 2, 100);
         }
         let reps = r.poll_reports(t(50));
         assert_eq!(reps.iter().map(|r| r.missing.len()).sum::<usize>(), 199);

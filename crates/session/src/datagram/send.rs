@@ -1,4 +1,4 @@
-//! The sending half of the UDP channel (P-23, P-24).
+//! The sending half of the UDP channel (P-25, P-26).
 //!
 //! Blocks handed in are cut into chunks and queued. Every datagram gets the
 //! next sequence number, and the sender remembers which chunk each number
@@ -16,7 +16,7 @@ use std::time::Duration;
 use rate::{Feedback, RateController};
 use wire::datagram::{ChunkHeader, Report, DATA_SEQ_START};
 
-use super::{chunks, FEEDBACK_INTERVAL, REPORT_INTERVAL};
+use super::{chunks, feedback_interval, report_interval, REPORT_INTERVAL};
 
 /// Sequence numbers remembered at most; older losses are left to the
 /// stale-block requests and the scheduler's endgame.
@@ -208,7 +208,7 @@ impl DatagramSender {
         } else {
             self.delivered.iter().copied().fold(0.0, f64::max)
         };
-        let window = (self.rtt + super::REPORT_INTERVAL * 2).as_secs_f64();
+        let window = (self.rtt + report_interval(self.rtt) * 2).as_secs_f64();
         ((2.0 * rate * window) as u64).max(MIN_IN_FLIGHT * self.payload as u64)
     }
 
@@ -267,7 +267,7 @@ impl DatagramSender {
         !self.blocks.is_empty()
             && self.retx.is_empty()
             && self.fresh.is_empty()
-            && now.saturating_sub(self.last_sent) >= (self.rtt / 4).max(REPORT_INTERVAL)
+            && now.saturating_sub(self.last_sent) >= (self.rtt / 4).max(report_interval(self.rtt))
     }
 
     fn requeue_seq(&mut self, seq: u64) -> bool {
@@ -306,16 +306,25 @@ impl DatagramSender {
                 }
             }
         }
+        // A block named again within a round trip is probably already being
+        // repaired; every hole named in one report is served together.
+        let mut served: Vec<(u32, u32)> = Vec::new();
         for s in &r.stale {
             let payload = self.payload;
             let patience = self.rtt.max(REPORT_INTERVAL * 4);
-            let Some(h) = self.blocks.get_mut(&(s.file, s.index)) else {
+            let key = (s.file, s.index);
+            let Some(h) = self.blocks.get_mut(&key) else {
                 continue;
             };
-            if h.last_stale
-                .is_some_and(|t| now.saturating_sub(t) < patience)
+            let fresh_request = !served.contains(&key);
+            if fresh_request
+                && h.last_stale
+                    .is_some_and(|t| now.saturating_sub(t) < patience)
             {
                 continue;
+            }
+            if fresh_request {
+                served.push(key);
             }
             h.last_stale = Some(now);
             let end = s.offset.saturating_add(s.len);
@@ -351,7 +360,7 @@ impl DatagramSender {
         if r.packets > 0 {
             g.min_owd = Some(g.min_owd.map_or(r.min_owd_us, |m| m.min(r.min_owd_us)));
         }
-        if g.interval < FEEDBACK_INTERVAL {
+        if g.interval < feedback_interval(self.rtt) {
             return;
         }
         let g = std::mem::take(&mut self.gather);
@@ -464,5 +473,31 @@ mod tests {
         s.on_report(now + Duration::from_millis(10), &r);
         assert!(s.poll_transmit(now).is_none());
         assert!(s.wants_ping(Duration::from_millis(30)));
+    }
+
+    #[test]
+    fn every_hole_of_a_block_named_in_one_report_is_served() {
+        let now = Duration::ZERO;
+        let mut s = sender();
+        s.add_block(1, 1, [0; 32], Arc::new(vec![0u8; 20_000]));
+        while s.poll_transmit(now).is_some() {}
+        let hole = |offset| wire::datagram::StaleRange {
+            file: 1,
+            index: 1,
+            offset,
+            len: 10,
+        };
+        s.on_report(
+            now,
+            &Report {
+                stale: vec![hole(100), hole(5000), hole(15_000)],
+                ..Report::default()
+            },
+        );
+        let mut again = 0;
+        while s.poll_transmit(now).is_some() {
+            again += 1;
+        }
+        assert_eq!(again, 3);
     }
 }
