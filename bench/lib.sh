@@ -1,4 +1,4 @@
-# bench/lib.sh: helpers shared by bench/loopback.sh and bench/wan.sh.
+# bench/lib.sh: helpers shared by bench/loopback.sh, bench/wan.sh and bench/udp.sh.
 # shellcheck shell=bash
 # Source it; it defines functions only (no side effects). json_get reads the
 # global JSON_TOOL (python3 or jq), which the caller sets.
