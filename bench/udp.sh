@@ -67,7 +67,7 @@ Benchmarks haul's UDP data channel across haul-netem (1 Gbit/s, untuned namespac
 Options:
   --quick            1 GiB file, iperf3 -t 5, --tcp-cap 15 (explicit options still win);
                      expected about 5 minutes (full run: about 15)
-  --size SIZE        file pushed in goodput/rate/loopback: 4G, 512M, 4GiB or bytes (default 4G)
+  --size SIZE        file pushed in goodput/rate/loopback: 4G, 512M, 4GiB or bytes (default 8G; --quick 2G)
   --mtu N            MTU of the emulated link (default 9000; at 1500 the emulator is
                      CPU-bound on a 2-core machine)
   --only LIST        comma list of: ${ALL_PARTS[*]} (default all)
@@ -228,8 +228,8 @@ parse_args() {
     esac
     shift
   done
-  if ((QUICK)); then : "${SIZE_ARG:=1G}" "${IPERF_TIME:=5}" "${TCP_CAP:=15}"; fi
-  : "${SIZE_ARG:=4G}" "${IPERF_TIME:=10}" "${TCP_CAP:=0}"
+  if ((QUICK)); then : "${SIZE_ARG:=2G}" "${IPERF_TIME:=5}" "${TCP_CAP:=15}"; fi
+  : "${SIZE_ARG:=8G}" "${IPERF_TIME:=10}" "${TCP_CAP:=0}"
   local names=("${ALL_PROFILES[@]%%|*}")
   : "${ONLY_ARG:=$(IFS=,; echo "${ALL_PARTS[*]}")}"
   : "${PROFILES_ARG:=$(IFS=,; echo "${names[*]}")}"
@@ -297,7 +297,9 @@ fair_bytes() { # the fairness push: FAIR_SECS at 80 % of the link, whole MiB
 
 make_data() {
   local need=$((2 * SIZE_BYTES + 256 * 1024 * 1024))
-  want fair && need=$((need + 2 * $(fair_bytes)))
+  # the goodput copy is gone before the fair part makes its file and copy
+  local fair_need=$((SIZE_BYTES + 2 * $(fair_bytes) + 256 * 1024 * 1024))
+  want fair && ((fair_need > need)) && need=$fair_need
   (($(avail_bytes /dev/shm) > need)) || die "not enough space in /dev/shm (need $need bytes)"
   DATA=$SHM_DIR/data/data.bin
   log "generating $SIZE_BYTES random bytes in $DATA"

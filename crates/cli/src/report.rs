@@ -35,11 +35,18 @@ impl Bar {
             while !s.load(Ordering::Relaxed) {
                 bar.set_length(Progress::get(&progress.total_bytes));
                 bar.set_position(Progress::get(&progress.done_bytes));
+                let channel = match Progress::get(&progress.udp_payload) {
+                    0 => format!("streams {}", Progress::get(&progress.streams)),
+                    _ => format!(
+                        "udp {} re-sent {}",
+                        bits_per_sec(Progress::get(&progress.udp_rate) as f64 * 8.0),
+                        Progress::get(&progress.dgrams_resent)
+                    ),
+                };
                 bar.set_message(format!(
-                    "files {}/{} streams {}",
+                    "files {}/{} {channel}",
                     Progress::get(&progress.done_files),
                     Progress::get(&progress.total_files),
-                    Progress::get(&progress.streams)
                 ));
                 std::thread::sleep(Duration::from_millis(100));
             }

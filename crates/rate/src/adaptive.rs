@@ -10,8 +10,12 @@
 //!    only differences count).
 //! 2. **Capacity estimate.** Random loss does not mean the path is full, so
 //!    the delivered rate is scaled back up by the loss it saw,
-//!    `delivered / (1 - loss)`, and the bottleneck estimate is the largest
-//!    such value over the last 8 reports.
+//!    `delivered / (1 - loss)`, while the queueing delay is under half the
+//!    congestion threshold; above that the bottleneck is already
+//!    delivering all it can and the delivered rate is taken as is (losses
+//!    before the bottleneck, or its own overflow, would otherwise inflate
+//!    the estimate and keep the queue full). The bottleneck estimate is the
+//!    largest such value over the last 8 reports.
 //! 3. **Congestion** is queueing delay above `max(10 ms, rtt / 8)` (a
 //!    quarter of the one-way delay; the clocks' offset hides the base delay
 //!    itself), or clustered loss (a run of 8 or more datagrams lost
@@ -172,7 +176,18 @@ impl Adaptive {
     fn decide(&mut self, now: Duration, fb: &Feedback) {
         let delivered = fb.delivery_rate();
         let loss = fb.loss_rate().min(0.5);
-        let capacity = delivered / (1.0 - loss);
+        let base = self.base_delay(now, fb.min_one_way);
+        let queueing = fb.min_one_way.saturating_sub(base);
+        let threshold = MIN_QUEUE_DELAY.max(self.rtt / 8);
+        // Scaling delivery up by the loss is right only while the
+        // bottleneck has room: once a queue builds, it is delivering all it
+        // can, and losses before it (or its own overflow) must not inflate
+        // the estimate, or the sender would keep the queue full.
+        let capacity = if queueing > threshold / 2 {
+            delivered
+        } else {
+            delivered / (1.0 - loss)
+        };
         self.estimates.push_back(capacity);
         if self.estimates.len() > ESTIMATE_WINDOW {
             self.estimates.pop_front();
@@ -184,9 +199,6 @@ impl Adaptive {
         } else {
             0.0
         };
-        let base = self.base_delay(now, fb.min_one_way);
-        let queueing = fb.min_one_way.saturating_sub(base);
-        let threshold = MIN_QUEUE_DELAY.max(self.rtt / 8);
         let congested = queueing > threshold || fb.longest_loss_run >= CLUSTER_RUN;
         if congested {
             self.congestion_events += 1;
