@@ -14,8 +14,10 @@
 //!    congestion threshold; above that the bottleneck is already
 //!    delivering all it can and the delivered rate is taken as is (losses
 //!    before the bottleneck, or its own overflow, would otherwise inflate
-//!    the estimate and keep the queue full). The bottleneck estimate is the
-//!    largest such value over the last 8 reports.
+//!    the estimate and keep the queue full). Each sample is the median of
+//!    the last three such values (a receiver draining a backlog reports a
+//!    burst above the path's rate), and the bottleneck estimate is the
+//!    largest sample over the last 8 reports.
 //! 3. **Congestion** is queueing delay above `max(10 ms, rtt / 8)` (a
 //!    quarter of the one-way delay; the clocks' offset hides the base delay
 //!    itself), or clustered loss (a run of 8 or more datagrams lost
@@ -90,6 +92,8 @@ pub struct Adaptive {
     full_rate: f64,
     flat_rounds: u32,
     round_end: Duration,
+    /// The last raw capacity samples, for the median filter.
+    raw: VecDeque<f64>,
     /// The best capacity seen, decaying with a half-life of
     /// [`PEAK_HALF_LIFE`]: what "a fair share of the path" refers to.
     peak: f64,
@@ -113,6 +117,7 @@ impl Adaptive {
             full_rate: 0.0,
             flat_rounds: 0,
             round_end: Duration::ZERO,
+            raw: VecDeque::new(),
             peak: 0.0,
             congestion_events: 0,
         }
@@ -170,6 +175,16 @@ impl RateController for Adaptive {
     fn name(&self) -> &'static str {
         "adaptive"
     }
+
+    fn state(&self) -> String {
+        format!(
+            "{:?}, estimate {:.0} B/s, peak {:.0} B/s, congestion events {}",
+            self.phase,
+            self.estimate(),
+            self.peak,
+            self.congestion_events
+        )
+    }
 }
 
 impl Adaptive {
@@ -188,6 +203,16 @@ impl Adaptive {
         } else {
             delivered / (1.0 - loss)
         };
+        // A receiver that falls behind and then drains its socket reports a
+        // burst above the path's rate; the median of the last three samples
+        // keeps one such spike out of the estimate and the peak.
+        self.raw.push_back(capacity);
+        if self.raw.len() > 3 {
+            self.raw.pop_front();
+        }
+        let mut sorted: Vec<f64> = self.raw.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let capacity = sorted[(sorted.len() - 1) / 2];
         self.estimates.push_back(capacity);
         if self.estimates.len() > ESTIMATE_WINDOW {
             self.estimates.pop_front();

@@ -57,6 +57,11 @@ pub trait RateController: Send {
 
     /// A short name for logs and summaries.
     fn name(&self) -> &'static str;
+
+    /// Internal state for debug logs.
+    fn state(&self) -> String {
+        String::new()
+    }
 }
 
 /// A fixed rate: `--rate` given without adaptation.

@@ -20,7 +20,11 @@ use crate::error::TransferError;
 use crate::progress::Progress;
 
 pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
-    let (done_tx, done_rx) = mpsc::sync_channel::<Completed>(4 * link.workers);
+    // Unbounded, so the receiving thread never waits for the workers (a
+    // file's preallocation can take a second): it keeps draining the
+    // socket and reporting. The sender's window (unacknowledged blocks, at
+    // most UDP_SEND_WINDOW) bounds what can queue here.
+    let (done_tx, done_rx) = mpsc::channel::<Completed>();
     let (reopen_tx, reopen_rx) = mpsc::channel::<(u32, u32)>();
     let done_rx = Mutex::new(done_rx);
     std::thread::scope(|scope| {
@@ -54,7 +58,7 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
 fn receive(
     rx: &Receiving,
     link: &mut UdpLink,
-    done: mpsc::SyncSender<Completed>,
+    done: mpsc::Sender<Completed>,
     reopen: mpsc::Receiver<(u32, u32)>,
 ) -> Result<(), TransferError> {
     let sh = rx.sh;
@@ -132,8 +136,6 @@ fn receive(
                 Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
             }
             for c in completed {
-                // Blocks while the workers are busy: the socket buffer
-                // absorbs the wait, and overload shows as drops.
                 if done.send(c).is_err() {
                     return Ok(());
                 }

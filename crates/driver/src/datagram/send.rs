@@ -191,8 +191,9 @@ fn pump(
             last_stats = Instant::now();
             let s = tx.stats;
             tracing::debug!(
-                "udp sender: rate {} B/s, in flight {} of {}, sent {}, re-sent {}, queued {}, held {}",
+                "udp sender: rate {} B/s ({}), in flight {} of {}, sent {}, re-sent {}, queued {}, held {}",
                 tx.rate(),
+                tx.controller_state(),
                 tx.in_flight(),
                 tx.in_flight_cap(),
                 s.datagrams,

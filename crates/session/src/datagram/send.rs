@@ -180,6 +180,11 @@ impl DatagramSender {
         self.controller.name()
     }
 
+    /// The controller's state, for debug logs.
+    pub fn controller_state(&self) -> String {
+        self.controller.state()
+    }
+
     fn take_seq(&mut self, what: Option<ChunkRef>) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
