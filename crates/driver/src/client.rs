@@ -274,34 +274,10 @@ impl Connected {
         })?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
-        let (mut ctrl_r, ctrl_w) = (control.reader, control.writer);
-        ctrl_r
-            .get_ref()
-            .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
-            .ok();
-        match ctrl_r.read_msg() {
-            Ok(Some(Msg::Welcome)) => {}
-            Ok(Some(Msg::Error { code, message })) => {
-                return Err(TransferError::new(
-                    code,
-                    format!("server refused: {message}"),
-                ))
-            }
-            Ok(Some(_)) => {
-                return Err(TransferError::new(
-                    ErrorCode::Protocol,
-                    "server sent no welcome",
-                ))
-            }
-            Ok(None) => {
-                return Err(TransferError::new(
-                    ErrorCode::Auth,
-                    "server closed the connection after the handshake (it did not accept our key)",
-                ))
-            }
-            Err(e) => return Err(e.into_transfer("waiting for the server's welcome")),
-        }
-        ctrl_r.get_ref().set_read_timeout(None).ok();
+        // The server's welcome (or refusal) is read after the request is
+        // sent: the request rides right behind the handshake, one round
+        // trip sooner (P-22).
+        let (ctrl_r, ctrl_w) = (control.reader, control.writer);
         Ok(Connected {
             cfg,
             addr,
@@ -316,6 +292,32 @@ impl Connected {
 
     pub fn rtt(&self) -> Duration {
         self.rtt
+    }
+
+    /// Reads the server's welcome: it accepted our key and has room.
+    fn await_welcome(&mut self) -> Result<(), TransferError> {
+        let r = &mut self.ctrl_r;
+        r.get_ref()
+            .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
+            .ok();
+        let res = match r.read_msg() {
+            Ok(Some(Msg::Welcome)) => Ok(()),
+            Ok(Some(Msg::Error { code, message })) => Err(TransferError::new(
+                code,
+                format!("server refused: {message}"),
+            )),
+            Ok(Some(_)) => Err(TransferError::new(
+                ErrorCode::Protocol,
+                "server sent no welcome",
+            )),
+            Ok(None) => Err(TransferError::new(
+                ErrorCode::Auth,
+                "server closed the connection after the handshake (it did not accept our key)",
+            )),
+            Err(e) => Err(e.into_transfer("waiting for the server's welcome")),
+        };
+        r.get_ref().set_read_timeout(None).ok();
+        res
     }
 
     fn streams(&self) -> (u16, u64) {
@@ -357,9 +359,10 @@ impl Connected {
             },
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
-        self.ctrl_w
-            .send_msg(&Msg::Request(req))
-            .map_err(|e| TransferError::lost("sending the request", &e))?;
+        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
+        // A refusal (unknown key, busy) explains a failed send better.
+        self.await_welcome()?;
+        sent.map_err(|e| TransferError::lost("sending the request", &e))?;
         let (session, streams, udp_port) = match self.ctrl_r.read_msg() {
             Ok(Some(Msg::Accept {
                 session,

@@ -190,6 +190,7 @@ impl Server {
                 code: e.code,
                 message: e.message.clone(),
             });
+            drain_and_close(w.get_ref());
             Err(e)
         };
 
@@ -523,6 +524,24 @@ fn gather(
         got += 1;
     }
     Ok(slots.into_iter().flatten().collect())
+}
+
+/// Ends a refused control connection with a FIN rather than a reset: the
+/// client sends its request right behind the handshake (P-22), and closing
+/// with that request unread would reset the connection, which can destroy
+/// the refusal on its way. Bounded to 2 s and 1 MiB.
+fn drain_and_close(s: &TcpStream) {
+    use std::io::Read;
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut buf = [0u8; 4096];
+    let mut total = 0usize;
+    while total < 1 << 20 {
+        match (&*s).read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
 }
 
 struct SessionGuard<'a>(&'a AtomicUsize);
