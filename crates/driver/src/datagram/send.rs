@@ -96,20 +96,14 @@ fn pump(
             }
         }
         // Reports waiting on the socket.
-        if link.channel.recv(&mut batch, Duration::ZERO).unwrap_or(0) > 0 {
-            batch.for_each(|_, d| {
-                if let Some(Opened::Signal {
-                    signal: Signal::Report(r),
-                    ..
-                }) = open(&link.recv_key, d)
-                {
-                    tx.on_report(now, &r);
-                    if r.packets > 0 {
-                        last_report = Instant::now();
-                    }
-                }
-            });
-        }
+        take_reports(
+            link,
+            &mut batch,
+            &mut tx,
+            start,
+            Duration::ZERO,
+            &mut last_report,
+        );
         tx.on_tick(now);
         if last_report.elapsed() > SILENCE_TIMEOUT {
             return Err(TransferError::new(
@@ -212,11 +206,7 @@ fn pump(
                 },
             );
             let _ = link.channel.send(&d, d.len(), send_timeout);
-            Progress::set(&p.dgrams_sent, s.datagrams);
-            Progress::set(&p.dgrams_resent, s.retransmitted);
-            Progress::set(&p.dgrams_lost, s.reported_lost);
-            Progress::set(&p.udp_drops, s.receiver_dropped);
-            Progress::set(&p.udp_rate, tx.rate());
+            publish(p, &tx);
         }
         // Sleep until the next datagram's credit, watching for reports;
         // a millisecond (or until a report) when nothing can be sent.
@@ -227,30 +217,49 @@ fn pump(
             Duration::from_secs_f64(need / rate.max(1.0)).min(MAX_SLEEP)
         };
         if wait >= Duration::from_millis(1) {
-            if link.channel.recv(&mut batch, wait).unwrap_or(0) > 0 {
-                let now = start.elapsed();
-                batch.for_each(|_, d| {
-                    if let Some(Opened::Signal {
-                        signal: Signal::Report(r),
-                        ..
-                    }) = open(&link.recv_key, d)
-                    {
-                        tx.on_report(now, &r);
-                        if r.packets > 0 {
-                            last_report = Instant::now();
-                        }
-                    }
-                });
-            }
+            take_reports(link, &mut batch, &mut tx, start, wait, &mut last_report);
         } else if !wait.is_zero() {
             std::thread::sleep(wait);
         }
     }
+    publish(p, &tx);
+    Ok(())
+}
+
+/// Takes the receiver's reports waiting on the socket, waiting up to
+/// `wait` for the first; a report of arrivals keeps the channel alive.
+fn take_reports(
+    link: &UdpLink,
+    batch: &mut RecvBatch,
+    tx: &mut DatagramSender,
+    start: Instant,
+    wait: Duration,
+    last_report: &mut Instant,
+) {
+    if link.channel.recv(batch, wait).unwrap_or(0) == 0 {
+        return;
+    }
+    let now = start.elapsed();
+    batch.for_each(|_, d| {
+        if let Some(Opened::Signal {
+            signal: Signal::Report(r),
+            ..
+        }) = open(&link.recv_key, d)
+        {
+            tx.on_report(now, &r);
+            if r.packets > 0 {
+                *last_report = Instant::now();
+            }
+        }
+    });
+}
+
+/// The sender's counters, for the progress bar and the summary.
+fn publish(p: &Progress, tx: &DatagramSender) {
     let s = tx.stats;
     Progress::set(&p.dgrams_sent, s.datagrams);
     Progress::set(&p.dgrams_resent, s.retransmitted);
     Progress::set(&p.dgrams_lost, s.reported_lost);
     Progress::set(&p.udp_drops, s.receiver_dropped);
     Progress::set(&p.udp_rate, tx.rate());
-    Ok(())
 }
