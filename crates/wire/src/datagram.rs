@@ -137,7 +137,8 @@ pub struct StaleRange {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
     pub interval_us: u32,
-    /// Chunk bytes that arrived in the interval.
+    /// Datagram bytes (UDP payload) that arrived in the interval, the unit
+    /// the sender paces in.
     pub bytes: u64,
     pub packets: u32,
     /// Sequence numbers found missing in the interval.

@@ -9,7 +9,8 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 
 /// The protocol version this build speaks (P-2). Bumped on any incompatible
 /// change; within a version, what the `Request` carries (op, streams, block
-/// size, protection, rate) is the only negotiation.
+/// size, protection, rate, transport) is the only negotiation. Version 2
+/// added the UDP data channel (P-23).
 pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Encoded length of [`Preamble`].
