@@ -28,15 +28,19 @@ in_range() {
   (( 10#$1 >= $2 && 10#$1 <= $3 ))
 }
 
-# json_get FILE PATH: PATH like .end.sum_received.bits_per_second; takes the
-# last JSON object in FILE (python3 also skips stray non-JSON lines; jq needs
-# the file to be pure JSON).
+# json_get FILE PATH...: each PATH like .end.sum_received.bits_per_second;
+# prints one line per PATH (empty where absent, booleans as true/false) from
+# the last JSON object in FILE (python3 also skips stray non-JSON lines; jq
+# needs the file to be pure JSON).
 json_get() {
-  local file=$1 path=$2
+  local file=$1 path
+  shift
   if [[ ${JSON_TOOL:-python3} == jq ]]; then
-    jq -r -s "last | $path // empty" "$file"
+    for path in "$@"; do
+      jq -r -s "last | ($path) | if . == null then \"\" else . end" "$file"
+    done
   else
-    python3 - "$file" "$path" <<'PY'
+    python3 - "$file" "$@" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 dec, i, last = json.JSONDecoder(), 0, None
@@ -48,10 +52,13 @@ while True:
         last, i = dec.raw_decode(text, j)
     except ValueError:
         i = j + 1
-v = last
-for k in [p for p in sys.argv[2].split(".") if p]:
-    v = v.get(k) if isinstance(v, dict) else None
-print("" if v is None else v)
+for path in sys.argv[2:]:
+    v = last
+    for k in [p for p in path.split(".") if p]:
+        v = v.get(k) if isinstance(v, dict) else None
+    if isinstance(v, bool):
+        v = str(v).lower()
+    print("" if v is None else str(v).replace("\n", " "))
 PY
   fi
 }
@@ -61,3 +68,43 @@ pkg_installed() {
 }
 
 avail_bytes() { df -B1 --output=avail "$1" | tail -n 1 | tr -d ' '; }
+
+# ---- background processes and namespaces ------------------------------------
+# These act on the caller's arrays: PIDS (background processes the script
+# started, and only those) and NS_NAMES (namespaces it created).
+# shellcheck disable=SC2154 # PIDS and NS_NAMES belong to the sourcing script
+
+forget_pid() {
+  local p keep=()
+  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+wait_pid() {
+  local rc=0
+  wait "$1" || rc=$?
+  forget_pid "$1"
+  return "$rc"
+}
+
+stop_pid() {
+  local pid=$1 secs=${2:-3} i
+  [[ -n $pid ]] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < secs * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null || true
+  forget_pid "$pid"
+}
+
+delete_our_namespaces() {
+  local n
+  for n in "${NS_NAMES[@]}"; do
+    if ip netns list 2>/dev/null | awk '{ print $1 }' | grep -qx -- "$n"; then
+      ip netns del "$n" 2>/dev/null || log "WARNING: could not delete namespace $n"
+    fi
+  done
+  NS_NAMES=()
+}

@@ -84,11 +84,6 @@ start_bg() {
   PIDS+=("$BG_PID")
 }
 
-forget_pid() {
-  local p keep=()
-  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
 
 # stop_pid PID: TERM, wait up to 3 s, then KILL. Only for PIDs we started.
 stop_pid() {

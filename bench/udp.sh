@@ -98,25 +98,9 @@ NS_CC="?"
 SUMMARY=() GP_SUM=()
 
 # ---- process helpers --------------------------------------------------------
-forget_pid() {
-  local p keep=()
-  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
 
 # stop_pid PID [SECS]: TERM, wait up to SECS (3) s, then KILL. Only for PIDs we
 # started (each is a `timeout` that relays the signal to its own process group).
-stop_pid() {
-  local pid=$1 secs=${2:-3} i
-  [[ -n $pid ]] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < secs * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null || true
-  forget_pid "$pid"
-}
 
 # start_bg LOG TTL CMD...: CMD in the background under `timeout TTL` (its own
 # process group, so a timeout or stop_pid reaches all of it); PID in BG_PID.
@@ -129,12 +113,6 @@ start_bg() {
 }
 
 # wait_pid PID: wait for a PID we started; returns its status
-wait_pid() {
-  local rc=0
-  wait "$1" || rc=$?
-  forget_pid "$1"
-  return "$rc"
-}
 
 # wait_exit PID SECS: give a PID we started SECS to exit by itself, else stop it
 wait_exit() {
@@ -263,15 +241,6 @@ ensure_packages() {
 }
 
 # ---- cleanup ----------------------------------------------------------------
-delete_our_namespaces() {
-  local n
-  for n in "${NS_NAMES[@]}"; do
-    if ip netns list 2>/dev/null | awk '{ print $1 }' | grep -qx -- "$n"; then
-      ip netns del "$n" 2>/dev/null || log "WARNING: could not delete namespace $n"
-    fi
-  done
-  NS_NAMES=()
-}
 
 cleanup() {
   local rc=$? pid
@@ -452,33 +421,7 @@ HAUL_KEYS=(ok file_bytes goodput_bps duration_s transport error udp.datagram_byt
   udp.receive_buffer_bytes)
 parse_haul() {
   local out vals=() i
-  out=$(python3 - "$1" "${HAUL_KEYS[@]}" <<'PY'
-import json, sys
-last = None
-try:
-    text = open(sys.argv[1]).read()
-except OSError:
-    text = ""
-dec, i = json.JSONDecoder(), 0
-while True:
-    j = text.find("{", i)
-    if j < 0:
-        break
-    try:
-        last, i = dec.raw_decode(text, j)
-    except ValueError:
-        i = j + 1
-for path in sys.argv[2:]:
-    v = last
-    for k in path.split("."):
-        v = v.get(k) if isinstance(v, dict) else None
-    if v is None:
-        v = ""
-    elif isinstance(v, bool):
-        v = str(v).lower()
-    print(str(v).replace("\n", " "))
-PY
-  ) || true
+  out=$(json_get "$1" "${HAUL_KEYS[@]/#/.}" 2>/dev/null) || true
   mapfile -t vals <<<"$out"
   H=()
   for i in "${!HAUL_KEYS[@]}"; do H[${HAUL_KEYS[i]}]=${vals[i]:-}; done

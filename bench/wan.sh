@@ -107,25 +107,9 @@ UFTP_OK=1
 EMU_FAILED=0 NS_CC="?" VARIANT="" STAMP=""
 
 # ---- process helpers --------------------------------------------------------
-forget_pid() {
-  local p keep=()
-  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
 
 # stop_pid PID [SECS]: TERM, wait up to SECS (3) s, then KILL. Only for PIDs we
 # started (each is a `timeout` that relays the signal to its own process group).
-stop_pid() {
-  local pid=$1 secs=${2:-3} i
-  [[ -n $pid ]] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < secs * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null || true
-  forget_pid "$pid"
-}
 
 # cgroup CPU accounting: three groups (cli, srv, emu) under our own
 # haul-wan-$$ directory; every process we start is placed in one of them and
@@ -197,12 +181,6 @@ start_bg() {
 }
 
 # wait_pid PID: wait for a PID we started; returns its status
-wait_pid() {
-  local rc=0
-  wait "$1" || rc=$?
-  forget_pid "$1"
-  return "$rc"
-}
 
 in_a() { ip netns exec "$NS_A" "$@"; }
 in_b() { ip netns exec "$NS_B" "$@"; }
@@ -339,15 +317,6 @@ restore_host_sysctl() {
   HOST_SYSCTL_SAVED=0
 }
 
-delete_our_namespaces() {
-  local n
-  for n in "${NS_NAMES[@]}"; do
-    if ip netns list 2>/dev/null | awk '{ print $1 }' | grep -qx -- "$n"; then
-      ip netns del "$n" 2>/dev/null || log "WARNING: could not delete namespace $n"
-    fi
-  done
-  NS_NAMES=()
-}
 
 cleanup() {
   local rc=$? pid

@@ -172,7 +172,8 @@ pub fn window_limit(r: &Report) -> f64 {
     r.streams as f64 * r.stream_window as f64 * 8.0 / r.rtt.as_secs_f64().max(1e-6)
 }
 
-/// The human summary, in the spirit of Tsunami's end-of-transfer report.
+/// The human summary, in the spirit of Tsunami's end-of-transfer report:
+/// what arrived, then what the channel (TCP streams or UDP) did.
 pub fn text(r: &Report) -> String {
     let secs = r.duration.as_secs_f64().max(1e-9);
     let s = &r.summary;
@@ -182,11 +183,27 @@ pub fn text(r: &Report) -> String {
     } else {
         0.0
     };
-    let limit = window_limit(r);
-    if let Some(u) = &r.udp {
-        return udp_text(r, u, secs, goodput, overhead);
+    let head = format!(
+        "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
+         wire {} ({overhead:.1}% of file bytes), ",
+        s.files,
+        if s.files == 1 { "" } else { "s" },
+        bytes(s.file_bytes),
+        secs,
+        bits_per_sec(goodput),
+        bytes(r.wire_bytes),
+    );
+    match &r.udp {
+        Some(u) => head + &udp_text(r, u),
+        None => head + &tcp_text(r, goodput),
     }
-    let note = if s.file_bytes >= 64 << 20 && goodput * 1.5 > limit {
+}
+
+/// The TCP streams' part of the summary, with a note when the OS's window
+/// caps are what limited the transfer.
+fn tcp_text(r: &Report, goodput: f64) -> String {
+    let limit = window_limit(r);
+    let note = if r.summary.file_bytes >= 64 << 20 && goodput * 1.5 > limit {
         format!(
             "\n  note: the OS caps each stream's TCP window near {}, so {} streams reach at most {} at this RTT; \
              use more --streams, or raise net.core.wmem_max/rmem_max and tcp_wmem/tcp_rmem (or run as root)",
@@ -198,27 +215,19 @@ pub fn text(r: &Report) -> String {
         String::new()
     };
     format!(
-        "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
-         wire {} ({overhead:.1}% of file bytes), {} stream{}, {}, rtt {:.1} ms, blocks retransmitted {}",
-        s.files,
-        if s.files == 1 { "" } else { "s" },
-        bytes(s.file_bytes),
-        secs,
-        bits_per_sec(goodput),
-        bytes(r.wire_bytes),
+        "{} stream{}, {}, rtt {:.1} ms, blocks retransmitted {}",
         r.streams,
         if r.streams == 1 { "" } else { "s" },
         r.protection.name(),
         r.rtt.as_secs_f64() * 1e3,
-        r.retransmitted.max(s.bad_blocks),
+        r.retransmitted.max(r.summary.bad_blocks),
     ) + &note
 }
 
-/// The summary of a transfer over the UDP channel: datagrams sent, re-sent
-/// and lost, the average and final rates, and receiver overload (the
-/// counterpart of Tsunami's performance figure).
-fn udp_text(r: &Report, u: &driver::UdpReport, secs: f64, goodput: f64, overhead: f64) -> String {
-    let s = &r.summary;
+/// The UDP channel's part of the summary: datagrams sent, re-sent and lost,
+/// the average and final rates, and receiver overload (the counterpart of
+/// Tsunami's performance figure).
+fn udp_text(r: &Report, u: &driver::UdpReport) -> String {
     let pct = |a: u64, b: u64| {
         if b > 0 {
             a as f64 * 100.0 / b as f64
@@ -227,15 +236,8 @@ fn udp_text(r: &Report, u: &driver::UdpReport, secs: f64, goodput: f64, overhead
         }
     };
     let mut out = format!(
-        "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
-         wire {} ({overhead:.1}% of file bytes), UDP {}-byte datagrams, {}, rtt {:.1} ms\n  \
+        "UDP {}-byte datagrams, {}, rtt {:.1} ms\n  \
          datagrams sent {}, re-sent {} ({:.2}%), lost {}; rate average {}, final {}",
-        s.files,
-        if s.files == 1 { "" } else { "s" },
-        bytes(s.file_bytes),
-        secs,
-        bits_per_sec(goodput),
-        bytes(r.wire_bytes),
         u.payload,
         r.protection.name(),
         r.rtt.as_secs_f64() * 1e3,

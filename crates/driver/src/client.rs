@@ -19,7 +19,7 @@ use crate::engine::{run_receiver, run_sender, RecvPath, SendPath};
 use crate::error::TransferError;
 use crate::framed::{FrameReader, FrameWriter};
 use crate::handshake;
-use crate::join::{client_join, keyed, DataConn};
+use crate::join::{client_join, keyed, DataPlan};
 use crate::net::{self, BufferLimits, Tuning};
 use crate::progress::Progress;
 use crate::server::{
@@ -144,12 +144,6 @@ impl Tail {
             stream_window: window,
         }
     }
-}
-
-/// How the data will travel, once the server has accepted.
-enum DataPlan {
-    Tcp(Vec<DataConn>),
-    Udp(Box<UdpLink>),
 }
 
 /// An authenticated control connection, ready for one request.

@@ -23,6 +23,13 @@ fn join_body(session: &[u8; 16]) -> Vec<u8> {
     b
 }
 
+/// How a session's data travels once client and server have agreed: its
+/// TCP data connections, or the UDP channel (P-23).
+pub enum DataPlan {
+    Tcp(Vec<DataConn>),
+    Udp(Box<crate::datagram::UdpLink>),
+}
+
 /// Both halves of one data connection, keyed for its stream.
 pub struct DataConn {
     pub reader: FrameReader,

@@ -22,7 +22,7 @@ use crate::engine::{run_receiver, run_sender, RecvPath, SendPath};
 use crate::error::TransferError;
 use crate::framed::FrameWriter;
 use crate::handshake;
-use crate::join::{keyed, server_join, DataConn};
+use crate::join::{keyed, server_join, DataConn, DataPlan};
 use crate::net::{self, Tuning};
 use crate::progress::Progress;
 
@@ -334,7 +334,7 @@ impl Server {
                 TRANSPORT_UDP => {
                     self.udp_or_streams(udp, &est, protection, &mut ctrl_r, &rx, &req, &progress)
                 }
-                _ => gather(&rx, req.streams).map(Plan::Tcp),
+                _ => gather(&rx, req.streams).map(DataPlan::Tcp),
             });
         self.sessions
             .lock()
@@ -348,14 +348,14 @@ impl Server {
         }
         let plan = joined?;
         let (send_path, recv_path, how) = match plan {
-            Plan::Tcp(conns) => {
+            DataPlan::Tcp(conns) => {
                 Progress::set(&progress.streams, conns.len() as u64);
                 let how = format!("{} streams", conns.len());
                 let (readers, writers): (Vec<_>, Vec<_>) =
                     conns.into_iter().map(|c| (c.reader, c.writer)).unzip();
                 (SendPath::Tcp(writers), RecvPath::Tcp(readers), how)
             }
-            Plan::Udp(link) => {
+            DataPlan::Udp(link) => {
                 let how = format!("UDP, {}-byte datagrams", link.payload);
                 // Only one of the two is used; the link moves into it.
                 match side {
@@ -402,12 +402,6 @@ impl Server {
     }
 }
 
-/// How the session's data travels, once the client has chosen.
-enum Plan {
-    Tcp(Vec<DataConn>),
-    Udp(Box<UdpLink>),
-}
-
 impl Server {
     /// After a UDP request: answer the client's hello and probes (if a UDP
     /// socket could be opened) until it says, on the control connection,
@@ -422,7 +416,7 @@ impl Server {
         joined: &mpsc::Receiver<(u16, DataConn)>,
         req: &Request,
         progress: &Arc<Progress>,
-    ) -> Result<Plan, TransferError> {
+    ) -> Result<DataPlan, TransferError> {
         let (send_key, recv_key) = datagram::keys(&est.keys, protection, false);
         let stop = std::sync::atomic::AtomicBool::new(false);
         let session = est.keys.session_id();
@@ -441,7 +435,7 @@ impl Server {
         match choice {
             Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
                 tracing::info!("client could not use UDP; falling back to TCP streams");
-                gather(joined, req.streams).map(Plan::Tcp)
+                gather(joined, req.streams).map(DataPlan::Tcp)
             }
             Ok(Some(Msg::UseTransport { udp_payload })) => {
                 let Some((channel, backlog)) = answered.filter(|(c, _)| c.peer().is_some()) else {
@@ -460,7 +454,7 @@ impl Server {
                 }
                 let want = udp_buffer(est.rtt, rate_of(req));
                 size_udp_buffers(&channel, want, &self.cfg.tuning, progress);
-                Ok(Plan::Udp(Box::new(UdpLink {
+                Ok(DataPlan::Udp(Box::new(UdpLink {
                     channel,
                     send_key,
                     recv_key,
