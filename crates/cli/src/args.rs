@@ -22,7 +22,8 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Copy files and trees to or from a `haul serve` host (scp syntax).
+    /// Copy files and trees to or from another host (scp syntax), over ssh
+    /// or to a `haul serve` daemon.
     #[command(after_help = CP_HELP)]
     Cp(CpArgs),
     /// Serve one directory tree to authenticated clients.
@@ -33,9 +34,18 @@ pub enum Command {
 }
 
 const CP_HELP: &str = "\
-Locations: [user@]host[:port]:path is remote (port 7050 by default; paths are
-relative to the server's root), anything else local. A destination of
-/dev/null discards verified data; '-' writes a single pulled file to stdout.
+Locations: [user@]host[:port]:path is remote, anything else local. A
+destination of /dev/null discards verified data; '-' writes a single pulled
+file to stdout.
+
+Without a daemon: for a host named without a port, and with no `haul serve`
+key pinned for it, haul runs your ssh (-e) to start `haul serve --stdio`
+there, swaps one-time keys over ssh, and connects directly; if the hosts
+cannot connect directly, the data goes through the ssh channel. Remote paths
+are then the login's own (relative to its home directory), as with scp.
+With a daemon: host:port:path, --daemon, or a host whose key is pinned in
+known_hosts connects to `haul serve` (port 7050 by default; paths are
+relative to its root).
 
 Examples:
   haul cp big.tar dtn1:/data/               push a file
@@ -97,6 +107,36 @@ pub struct CpArgs {
     /// No progress bar and no summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Start the remote side over ssh even if a `haul serve` daemon is
+    /// known for the host.
+    #[arg(long, conflicts_with = "daemon")]
+    pub ssh: bool,
+    /// Connect to a `haul serve` daemon, never start one over ssh.
+    #[arg(long)]
+    pub daemon: bool,
+    /// The ssh command and its options, like rsync's -e: "ssh -p 2222 -i
+    /// ~/.ssh/dtn". Your ~/.ssh/config, agent and jump hosts apply.
+    #[arg(
+        short = 'e',
+        long = "rsh",
+        value_name = "COMMAND",
+        env = "HAUL_RSH",
+        default_value = "ssh"
+    )]
+    pub rsh: String,
+    /// How to run haul on the remote host, like rsync's --rsync-path:
+    /// "/opt/haul/bin/haul", or "sudo haul".
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "HAUL_REMOTE_HAUL",
+        default_value = "haul"
+    )]
+    pub remote_haul: String,
+    /// Carry the data through the ssh channel even if the hosts can
+    /// connect directly (slower; for firewalls that let only ssh through).
+    #[arg(long)]
+    pub through_ssh: bool,
     /// Client key (default: $HAUL_HOME/id_x25519, created on first use).
     #[arg(long, short = 'i', value_name = "FILE")]
     pub identity: Option<PathBuf>,
@@ -120,11 +160,17 @@ pub enum TransportArg {
 #[derive(Args)]
 pub struct ServeArgs {
     /// The directory tree to serve; nothing outside it is read or written.
-    #[arg(long, value_name = "DIR")]
-    pub root: PathBuf,
-    /// Address and port to listen on.
-    #[arg(long, default_value = "0.0.0.0:7050", value_name = "ADDR:PORT")]
-    pub listen: String,
+    /// Optional with --stdio, where paths are otherwise the login's own.
+    #[arg(long, value_name = "DIR", required_unless_present = "stdio")]
+    pub root: Option<PathBuf>,
+    /// Address and port to listen on (default 0.0.0.0:7050; with --stdio,
+    /// the address ssh came in on and a port the OS picks).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// Serve one client that started this over ssh (`haul cp` does): talk
+    /// to it on standard input and output, with one-time keys.
+    #[arg(long)]
+    pub stdio: bool,
     /// Server key (default: $HAUL_HOME/server_x25519, created on first run).
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,

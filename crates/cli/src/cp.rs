@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use driver::net::Tuning;
-use driver::{ClientConfig, Connected, TransferError, Transport, DEFAULT_PORT};
+use driver::ssh::{SshLink, SshSpec};
+use driver::{
+    ClientConfig, Connected, Report, Route, ServerTrust, TransferError, Transport, DEFAULT_PORT,
+};
 use secure::{Keypair, Protection};
 use store::{Destination, Root, Sink};
 use wire::ErrorCode;
@@ -15,19 +18,33 @@ use crate::location::Location;
 use crate::report::{self, Bar};
 use crate::{exit, home};
 
+/// The remote end of a copy, as the user named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Peer {
+    user: Option<String>,
+    host: String,
+    port: Option<u16>,
+}
+
 enum Plan {
     Push {
         sources: Vec<PathBuf>,
-        host: String,
-        port: Option<u16>,
+        peer: Peer,
         dest: String,
     },
     Pull {
         sources: Vec<String>,
-        host: String,
-        port: Option<u16>,
+        peer: Peer,
         dest: String,
     },
+}
+
+impl Plan {
+    fn peer(&self) -> &Peer {
+        match self {
+            Plan::Push { peer, .. } | Plan::Pull { peer, .. } => peer,
+        }
+    }
 }
 
 fn usage(msg: impl Into<String>) -> TransferError {
@@ -41,7 +58,10 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
     let srcs: Vec<Location> = srcs.iter().map(|s| Location::parse(s)).collect();
     match Location::parse(dst) {
         Location::Remote {
-            host, port, path, ..
+            user,
+            host,
+            port,
+            path,
         } => {
             let mut sources = Vec::new();
             for s in srcs {
@@ -52,28 +72,29 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
             }
             Ok(Plan::Push {
                 sources,
-                host,
-                port,
+                peer: Peer { user, host, port },
                 dest: path,
             })
         }
         Location::Local(dest) => {
             let mut sources = Vec::new();
-            let mut origin: Option<(String, Option<u16>)> = None;
+            let mut origin: Option<Peer> = None;
             for s in srcs {
                 match s {
                     Location::Local(p) => {
                         return Err(usage(format!("both {p:?} and {dest:?} are local; use cp, or name a host as host:path")));
                     }
                     Location::Remote {
-                        host, port, path, ..
+                        user,
+                        host,
+                        port,
+                        path,
                     } => {
-                        if let Some(o) = &origin {
-                            if *o != (host.clone(), port) {
-                                return Err(usage("all remote sources must be on the same host"));
-                            }
+                        let peer = Peer { user, host, port };
+                        if origin.as_ref().is_some_and(|o| *o != peer) {
+                            return Err(usage("all remote sources must be on the same host"));
                         }
-                        origin = Some((host, port));
+                        origin = Some(peer);
                         sources.push(if path.is_empty() {
                             ".".to_string()
                         } else {
@@ -82,11 +103,10 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
                     }
                 }
             }
-            let (host, port) = origin.expect("at least one source");
+            let peer = origin.expect("at least one source");
             Ok(Plan::Pull {
                 sources,
-                host,
-                port,
+                peer,
                 dest,
             })
         }
@@ -150,12 +170,15 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             )));
         }
     }
-    let identity_path = a.identity.clone().unwrap_or_else(home::identity);
-    let identity = load_identity(&identity_path, a.identity.is_some())?;
-    let (host, port) = match &plan {
-        Plan::Push { host, port, .. } | Plan::Pull { host, port, .. } => {
-            (host.clone(), port.unwrap_or(DEFAULT_PORT))
-        }
+    let peer = plan.peer().clone();
+    let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
+    let ssh = use_ssh(&a, &peer, &known_hosts);
+    // Over ssh, keys are one-time ones: the user's own is not needed.
+    let identity = if ssh {
+        Keypair::generate()
+    } else {
+        let identity_path = a.identity.clone().unwrap_or_else(home::identity);
+        load_identity(&identity_path, a.identity.is_some())?
     };
     let protection = if a.no_encrypt {
         Protection::IntegrityOnly
@@ -164,9 +187,10 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     };
     let cfg = ClientConfig {
         identity,
-        known_hosts: a.known_hosts.clone().unwrap_or_else(home::known_hosts),
-        host,
-        port,
+        trust: ServerTrust::KnownHosts(known_hosts),
+        host: peer.host.clone(),
+        port: peer.port.unwrap_or(DEFAULT_PORT),
+        dial: Vec::new(),
         streams: a.streams,
         block_size: a.block_size,
         protection,
@@ -180,6 +204,24 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
         connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
         notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
     };
+    let connect = |cfg: ClientConfig| -> Result<(Connected, Option<SshLink>), TransferError> {
+        if !ssh {
+            return Ok((Connected::connect(cfg)?, None));
+        }
+        let spec = SshSpec {
+            rsh: shell_words::split(&a.rsh).map_err(|e| {
+                usage(format!(
+                    "cannot split the ssh command {:?} into words: {e}",
+                    a.rsh
+                ))
+            })?,
+            remote_haul: a.remote_haul.clone(),
+            user: peer.user.clone(),
+            host: peer.host.clone(),
+        };
+        let (conn, link) = driver::ssh::connect(cfg, &spec, a.through_ssh)?;
+        Ok((conn, Some(link)))
+    };
     let show = !a.quiet && !a.json;
     let (direction, report) = match plan {
         Plan::Push { sources, dest, .. } => {
@@ -187,23 +229,56 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             for s in &walked.skipped {
                 eprintln!("haul: {s}");
             }
-            let conn = Connected::connect(cfg)?;
+            let (conn, link) = connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
             let r = conn.push(walked, &dest, a.recursive, sources.len() > 1);
             bar.finish();
-            ("push", r?)
+            ("push", finish(r, link)?)
         }
         Plan::Pull { sources, dest, .. } => {
             let sink = Sink::new(local_destination(&dest, sources.len() > 1)?);
-            let conn = Connected::connect(cfg)?;
+            let (conn, link) = connect(cfg)?;
             let bar = Bar::start(conn.progress(), show && !sink.is_stdout());
             let r = conn.pull(sources, a.recursive, &sink);
             bar.finish();
-            ("pull", r?)
+            ("pull", finish(r, link)?)
         }
     };
     let text = (!a.quiet).then(|| report::text(&report));
     Ok((report::json(&report, direction), text))
+}
+
+/// Whether to start the remote side over ssh rather than connect to a
+/// daemon: `--ssh`, or a host named without a port whose daemon key the
+/// user has not pinned (and no `--daemon`).
+fn use_ssh(a: &CpArgs, peer: &Peer, known_hosts: &Path) -> bool {
+    if a.ssh {
+        return true;
+    }
+    if a.daemon || peer.port.is_some() {
+        return false;
+    }
+    let label = format!("{}:{DEFAULT_PORT}", peer.host);
+    !secure::KnownHosts::load(known_hosts).is_ok_and(|k| k.knows(&label))
+}
+
+/// Ends the ssh link once the transfer is over, and notes the route taken.
+fn finish(
+    r: Result<Report, TransferError>,
+    link: Option<SshLink>,
+) -> Result<Report, TransferError> {
+    let route = match &link {
+        None => Route::Daemon,
+        Some(l) if l.relayed() => Route::SshRelay,
+        Some(_) => Route::Ssh,
+    };
+    if let Some(l) = link {
+        l.finish();
+    }
+    r.map(|mut r| {
+        r.route = route;
+        r
+    })
 }
 
 fn load_identity(path: &Path, explicit: bool) -> Result<Keypair, TransferError> {
@@ -246,7 +321,7 @@ mod tests {
             matches!(p(&["a", "b", "h:/x/"]), Ok(Plan::Push { sources, .. }) if sources.len() == 2)
         );
         assert!(
-            matches!(p(&["h:1:/a", "h:1:b", "."]), Ok(Plan::Pull { sources, port: Some(1), .. }) if sources.len() == 2)
+            matches!(p(&["h:1:/a", "h:1:b", "."]), Ok(Plan::Pull { sources, peer: Peer { port: Some(1), .. }, .. }) if sources.len() == 2)
         );
         assert!(p(&["a", "b"]).is_err());
         assert!(p(&["h:a", "g:b", "."]).is_err());

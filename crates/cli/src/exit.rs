@@ -20,7 +20,8 @@ Exit codes:
    9  disk full at the destination (partial data is never left under a final name)
   10  connection lost during the transfer
   11  integrity failure: data failed verification
-  12  server busy";
+  12  server busy
+  13  ssh failed (its own message is shown above), or haul is missing on the remote host";
 
 pub fn code(c: ErrorCode) -> i32 {
     c as i32

@@ -83,6 +83,9 @@ pub struct Json<'a> {
     pub stream_window_bytes: u64,
     /// "tcp" or "udp".
     pub transport: &'a str,
+    /// How the server was reached: "daemon", "ssh" (started over ssh, data
+    /// direct) or "ssh-relay" (data through the ssh channel).
+    pub route: &'a str,
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
@@ -122,6 +125,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         protection: r.protection.name(),
         stream_window_bytes: r.stream_window,
         transport: if r.udp.is_some() { "udp" } else { "tcp" },
+        route: route_name(r.route),
         udp: r.udp.map(|u| UdpJson {
             datagram_bytes: u.payload,
             datagrams_sent: u.sent,
@@ -136,6 +140,14 @@ pub fn json(r: &Report, direction: &str) -> String {
         }),
     })
     .expect("plain struct serializes")
+}
+
+pub fn route_name(r: driver::Route) -> &'static str {
+    match r {
+        driver::Route::Daemon => "daemon",
+        driver::Route::Ssh => "ssh",
+        driver::Route::SshRelay => "ssh-relay",
+    }
 }
 
 pub fn json_error(code: i32, message: &str) -> String {
@@ -193,10 +205,16 @@ pub fn text(r: &Report) -> String {
         bits_per_sec(goodput),
         bytes(r.wire_bytes),
     );
-    match &r.udp {
-        Some(u) => head + &udp_text(r, u),
-        None => head + &tcp_text(r, goodput),
-    }
+    let route = match r.route {
+        driver::Route::Daemon => "",
+        driver::Route::Ssh => "\n  remote side started over ssh, data on direct connections",
+        driver::Route::SshRelay => "\n  remote side started over ssh, data through the ssh channel",
+    };
+    let channel = match &r.udp {
+        Some(u) => udp_text(r, u),
+        None => tcp_text(r, goodput),
+    };
+    head + &channel + route
 }
 
 /// The TCP streams' part of the summary, with a note when the OS's window

@@ -1,9 +1,9 @@
 //! `haul serve` and `haul keygen`.
 
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 
 use driver::net::{self, Tuning};
-use driver::ServerConfig;
+use driver::{ClientKeys, ServerConfig};
 use secure::{AuthorizedKeys, Keypair};
 use store::Root;
 
@@ -11,27 +11,59 @@ use crate::args::{KeygenArgs, ServeArgs};
 use crate::{cp::init_logging, exit, home};
 use wire::ErrorCode;
 
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    text.to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(|| {
+            format!("cannot listen on {text:?}: write it as ADDR:PORT, e.g. 0.0.0.0:7050")
+        })
+}
+
+/// `haul serve --stdio`: started by a client over ssh. Standard output is
+/// the channel to the client, so only errors are logged (to stderr, which
+/// ssh shows the user).
+fn stdio(a: ServeArgs) -> i32 {
+    init_logging(a.common.verbose);
+    let fail = |code: ErrorCode, msg: String| {
+        eprintln!("haul serve --stdio: {msg}");
+        exit::code(code)
+    };
+    let root = match a.root.as_deref().map(Root::new).transpose() {
+        Ok(r) => r,
+        Err(e) => return fail(e.code(), e.message),
+    };
+    let listen = match a.listen.as_deref().map(listen_addr).transpose() {
+        Ok(l) => l,
+        Err(m) => return fail(ErrorCode::BadRequest, m),
+    };
+    let opts = driver::ssh::StdioOptions {
+        root,
+        listen,
+        tuning: Tuning::auto(a.cc.clone()),
+    };
+    match driver::ssh::serve_stdio(opts) {
+        Ok(()) => exit::OK,
+        Err(e) => fail(e.code, e.message),
+    }
+}
+
 pub fn run(a: ServeArgs) -> i32 {
+    if a.stdio {
+        return stdio(a);
+    }
     init_logging(a.common.verbose.max(1));
     let fail = |code: i32, msg: String| {
         eprintln!("haul serve: {msg}");
         code
     };
-    let root = match Root::new(&a.root) {
+    let root = match Root::new(a.root.as_deref().unwrap_or(std::path::Path::new("."))) {
         Ok(r) => r,
         Err(e) => return fail(exit::code(e.code()), e.message),
     };
-    let listen = match a.listen.to_socket_addrs().ok().and_then(|mut it| it.next()) {
-        Some(l) => l,
-        None => {
-            return fail(
-                exit::code(ErrorCode::BadRequest),
-                format!(
-                    "cannot listen on {:?}: write it as ADDR:PORT, e.g. 0.0.0.0:7050",
-                    a.listen
-                ),
-            )
-        }
+    let listen = match listen_addr(a.listen.as_deref().unwrap_or("0.0.0.0:7050")) {
+        Ok(l) => l,
+        Err(m) => return fail(exit::code(ErrorCode::BadRequest), m),
     };
     let key_path = a.key.clone().unwrap_or_else(home::server_key);
     let key = match Keypair::load_or_create(&key_path, &format!("server {}", home::comment())) {
@@ -61,8 +93,9 @@ pub fn run(a: ServeArgs) -> i32 {
     }
     let cfg = ServerConfig {
         root: root.clone(),
+        base: None,
         key,
-        authorized_keys,
+        client_keys: ClientKeys::File(authorized_keys),
         listen,
         tuning: tuning.clone(),
         max_sessions: a.max_sessions.max(1),

@@ -19,10 +19,22 @@ fn unknown_host_and_refused_port_exit_3() {
     write_file(&env.local.join("f"), b"x");
     let f = env.local.join("f");
     let err = fails(
-        &env.cp(&[f.to_str().unwrap(), "no-such-host.invalid:/x"]),
+        &env.cp(&["--daemon", f.to_str().unwrap(), "no-such-host.invalid:/x"]),
         3,
     );
     assert!(err.contains("unknown host"), "{err}");
+    // Without a port or a pinned daemon key, haul goes through ssh, which
+    // says what is wrong in its own words.
+    let err = fails(
+        &env.cp(&[
+            "-e",
+            "ssh -F /dev/null -o BatchMode=yes",
+            f.to_str().unwrap(),
+            "no-such-host.invalid:/x",
+        ]),
+        13,
+    );
+    assert!(err.contains("Could not resolve hostname"), "{err}");
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

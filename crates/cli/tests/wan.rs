@@ -97,7 +97,7 @@ fn push_and_pull_across_a_long_lossy_link() {
         &[
             "--json",
             src.to_str().unwrap(),
-            &format!("{ADDR_B}:/data.bin"),
+            &format!("{ADDR_B}:7050:/data.bin"),
         ],
     );
     ok(&out);
@@ -131,7 +131,7 @@ fn push_and_pull_across_a_long_lossy_link() {
             "tcp",
             "--streams",
             "4",
-            &format!("{ADDR_B}:data.bin"),
+            &format!("{ADDR_B}:7050:data.bin"),
             back.to_str().unwrap(),
         ],
     );
@@ -200,7 +200,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
             "--no-encrypt",
             "-r",
             tree.to_str().unwrap(),
-            &format!("{ADDR_B}:/"),
+            &format!("{ADDR_B}:7050:/"),
         ],
     );
     ok(&out);
@@ -221,7 +221,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
             "--transport",
             "udp",
             "-r",
-            &format!("{ADDR_B}:tree"),
+            &format!("{ADDR_B}:7050:tree"),
             back.to_str().unwrap(),
         ],
     );
@@ -264,7 +264,11 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
     let out = cp_in_a(
         &emu,
         &env,
-        &["--json", src.to_str().unwrap(), &format!("{ADDR_B}:/d.bin")],
+        &[
+            "--json",
+            src.to_str().unwrap(),
+            &format!("{ADDR_B}:7050:/d.bin"),
+        ],
     );
     ok(&out);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -284,7 +288,7 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
             "--transport",
             "udp",
             src.to_str().unwrap(),
-            &format!("{ADDR_B}:/e.bin"),
+            &format!("{ADDR_B}:7050:/e.bin"),
         ],
     );
     let stderr = fails(&out, 3);

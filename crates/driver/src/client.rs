@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secure::{HostKeyStatus, Keypair, KnownHosts, Protection};
+use secure::{HostKeyStatus, Keypair, KnownHosts, Protection, PublicKey};
 use session::{ReceiverSession, SenderSession};
 use store::{Sink, Sources, Walked};
 use wire::{
@@ -72,12 +72,25 @@ pub struct UdpReport {
     pub buffer_capped: bool,
 }
 
+/// How the client decides whether the server's key is the right one.
+#[derive(Debug, Clone)]
+pub enum ServerTrust {
+    /// Keys pinned on first use in this known-hosts file (a `haul serve`
+    /// daemon).
+    KnownHosts(PathBuf),
+    /// Exactly this key: the one-time key a remote `haul serve --stdio`
+    /// sent over ssh (P-27).
+    Key(PublicKey),
+}
+
 pub struct ClientConfig {
     pub identity: Keypair,
-    pub known_hosts: PathBuf,
+    pub trust: ServerTrust,
     /// Host as the user wrote it (name or address).
     pub host: String,
     pub port: u16,
+    /// Addresses to connect to instead of resolving `host`.
+    pub dial: Vec<SocketAddr>,
     /// `None`: choose by the rule in [`auto_streams`].
     pub streams: Option<u16>,
     pub block_size: u32,
@@ -92,9 +105,22 @@ pub struct ClientConfig {
     pub notice: Option<Notice>,
 }
 
+/// How the client reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Route {
+    /// A `haul serve` daemon.
+    #[default]
+    Daemon,
+    /// A server started over ssh, data on direct connections (P-27).
+    Ssh,
+    /// A server started over ssh, data through the ssh channel (P-28).
+    SshRelay,
+}
+
 /// What the CLI prints at the end.
 #[derive(Debug, Clone)]
 pub struct Report {
+    pub route: Route,
     pub duration: Duration,
     pub summary: Summary,
     pub wire_bytes: u64,
@@ -133,6 +159,7 @@ impl Tail {
             buffer_capped: get(&p.udp_buffer_capped) != 0,
         });
         Report {
+            route: Route::Daemon,
             udp,
             duration: self.started.elapsed(),
             summary,
@@ -224,48 +251,90 @@ fn dial_with(
     })
 }
 
+/// Decides whether `key` is the server's (P-3, P-27).
+fn check_server(cfg: &ClientConfig, key: &PublicKey) -> Result<(), TransferError> {
+    let label = format!("{}:{}", cfg.host, cfg.port);
+    let path = match &cfg.trust {
+        ServerTrust::Key(expected) if expected == key => return Ok(()),
+        ServerTrust::Key(expected) => {
+            return Err(TransferError::new(
+                ErrorCode::Auth,
+                format!(
+                    "the haul server at {label} showed key {} but the one started over ssh sent {}; another program answered on its port",
+                    key.fingerprint(),
+                    expected.fingerprint()
+                ),
+            ))
+        }
+        ServerTrust::KnownHosts(path) => path,
+    };
+    let mut known =
+        KnownHosts::load(path).map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
+    match known.check(&label, key) {
+        HostKeyStatus::Known => Ok(()),
+        HostKeyStatus::Unknown => {
+            known
+                .add(&label, key)
+                .map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
+            if let Some(f) = &cfg.notice {
+                f(&format!(
+                    "pinned the key of new server {label} ({}) in {}",
+                    key.fingerprint(),
+                    known.path().display()
+                ));
+            }
+            Ok(())
+        }
+        HostKeyStatus::Changed { pinned, line } => Err(TransferError::new(
+            ErrorCode::Auth,
+            format!(
+                "the key of server {label} CHANGED: pinned {} but it now shows {}. Someone may be intercepting the connection, or the server was re-keyed; if you know it was, delete line {line} of {}",
+                pinned.fingerprint(),
+                key.fingerprint(),
+                known.path().display()
+            ),
+        )),
+    }
+}
+
 impl Connected {
     pub fn connect(cfg: ClientConfig) -> Result<Connected, TransferError> {
         let started = Instant::now();
-        let addrs = resolve(&cfg.host, cfg.port)?;
+        let (addr, stream) = Connected::dial_first(&cfg)?;
+        Connected::establish(cfg, addr, stream, started)
+    }
+
+    /// Connects to the first address of the server that answers. Fails
+    /// with `Connect` (3) if none does.
+    pub fn dial_first(cfg: &ClientConfig) -> Result<(SocketAddr, TcpStream), TransferError> {
+        let addrs = if cfg.dial.is_empty() {
+            resolve(&cfg.host, cfg.port)?
+        } else {
+            cfg.dial.clone()
+        };
         let mut last = None;
-        let mut found = None;
         for a in &addrs {
-            match dial(a, &cfg) {
-                Ok(s) => {
-                    found = Some((*a, s));
-                    break;
-                }
+            match dial(a, cfg) {
+                Ok(s) => return Ok((*a, s)),
                 Err(e) => last = Some(e),
             }
         }
-        let Some((addr, mut stream)) = found else {
-            return Err(last.expect("at least one address was tried"));
-        };
-        let label = format!("{}:{}", cfg.host, cfg.port);
-        let mut known = KnownHosts::load(&cfg.known_hosts)
-            .map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
-        let est = handshake::client(&mut stream, &cfg.identity, |key| {
-            match known.check(&label, key) {
-            HostKeyStatus::Known => Ok(()),
-            HostKeyStatus::Unknown => {
-                known.add(&label, key).map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
-                if let Some(f) = &cfg.notice {
-                    f(&format!("pinned the key of new server {label} ({}) in {}", key.fingerprint(), known.path().display()));
-                }
-                Ok(())
-            }
-            HostKeyStatus::Changed { pinned, line } => Err(TransferError::new(
-                ErrorCode::Auth,
-                format!(
-                    "the key of server {label} CHANGED: pinned {} but it now shows {}. Someone may be intercepting the connection, or the server was re-keyed; if you know it was, delete line {line} of {}",
-                    pinned.fingerprint(),
-                    key.fingerprint(),
-                    known.path().display()
-                ),
-            )),
-        }
-        })?;
+        Err(last.unwrap_or_else(|| {
+            TransferError::new(
+                ErrorCode::Connect,
+                format!("no address to reach {}", cfg.host),
+            )
+        }))
+    }
+
+    /// Authenticates over a connection [`Connected::dial_first`] made.
+    pub fn establish(
+        cfg: ClientConfig,
+        addr: SocketAddr,
+        mut stream: TcpStream,
+        started: Instant,
+    ) -> Result<Connected, TransferError> {
+        let est = handshake::client(&mut stream, &cfg.identity, |key| check_server(&cfg, key))?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
         // The server's welcome (or refusal) is read after the request is

@@ -9,6 +9,8 @@
 //! - [`datagram`]: the UDP data channel's set-up, paced sender and
 //!   receiver, feeding `session::datagram`.
 //! - [`server`] and [`client`]: who connects to whom, and what is asked.
+//! - [`ssh`]: no-daemon use: the remote side started over ssh, and the
+//!   relay through the ssh channel when hosts cannot connect directly.
 
 pub mod client;
 pub mod datagram;
@@ -20,11 +22,12 @@ pub mod join;
 pub mod net;
 pub mod progress;
 pub mod server;
+pub mod ssh;
 
-pub use client::{ClientConfig, Connected, Report, Transport, UdpReport};
+pub use client::{ClientConfig, Connected, Report, Route, ServerTrust, Transport, UdpReport};
 pub use error::TransferError;
 pub use progress::Progress;
-pub use server::{serve, ServerConfig};
+pub use server::{serve, ClientKeys, ServerConfig};
 
 /// Default TCP port of `haul serve`.
 pub const DEFAULT_PORT: u16 = 7050;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use secure::{AuthorizedKeys, Keypair, Protection, SessionKeys};
+use secure::{AuthorizedKeys, Keypair, Protection, PublicKey, SessionKeys};
 use session::{ReceiverSession, SenderSession};
 use store::{walk, Destination, Root, Sink, Sources};
 use wire::{
@@ -66,11 +66,25 @@ pub fn size_udp_buffers(
 }
 const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Which client keys a server lets in.
+#[derive(Debug, Clone)]
+pub enum ClientKeys {
+    /// The keys listed in this file, read again for every session so that
+    /// added keys work without a restart (`haul serve`).
+    File(PathBuf),
+    /// Only this one-time key, sent by the client over ssh
+    /// (`haul serve --stdio`, P-27).
+    Only(PublicKey),
+}
+
 pub struct ServerConfig {
     pub root: Root,
+    /// Where relative request paths start, inside `root` (`--stdio`
+    /// without `--root`: the login directory, as scp and rsync do); `None`
+    /// takes every path relative to the root (P-16).
+    pub base: Option<PathBuf>,
     pub key: Keypair,
-    /// Read again for every session, so added keys work without a restart.
-    pub authorized_keys: PathBuf,
+    pub client_keys: ClientKeys,
     pub listen: SocketAddr,
     pub tuning: Tuning,
     pub max_sessions: usize,
@@ -97,6 +111,12 @@ struct Server {
 pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let listener: TcpListener = net::listen(&cfg.listen, &cfg.tuning)?;
     ready(listener.local_addr()?);
+    serve_on(listener, cfg);
+    Ok(())
+}
+
+/// Serves the connections of a bound listener, forever.
+pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
     let server = Arc::new(Server {
         cfg,
         sessions: Mutex::new(HashMap::new()),
@@ -107,7 +127,6 @@ pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Resu
         let server = server.clone();
         std::thread::spawn(move || server.connection(stream));
     }
-    Ok(())
 }
 
 /// Protection of control frames: always encrypted, same cipher everywhere.
@@ -122,6 +141,38 @@ pub fn protection_of(code: u8) -> Protection {
 }
 
 impl Server {
+    /// Whether `peer` may open a session; the refusal says what to do.
+    fn admit(&self, peer: &PublicKey) -> Result<(), String> {
+        match &self.cfg.client_keys {
+            ClientKeys::File(path) => {
+                let authorized = AuthorizedKeys::load(path).unwrap_or_default();
+                if authorized.contains(peer) {
+                    return Ok(());
+                }
+                Err(format!(
+                    "the server does not know your key {} (client key); add this line to {} on the server: {}",
+                    peer.fingerprint(),
+                    path.display(),
+                    peer
+                ))
+            }
+            ClientKeys::Only(key) if key == peer => Ok(()),
+            ClientKeys::Only(_) => Err(format!(
+                "key {} is not the one-time key of the ssh session that started this server",
+                peer.fingerprint()
+            )),
+        }
+    }
+
+    /// A path of the request, inside the root (P-16).
+    fn resolve(&self, path: &str) -> Result<PathBuf, TransferError> {
+        let path = match &self.cfg.base {
+            Some(base) if !path.starts_with('/') => base.join(path).to_string_lossy().into_owned(),
+            _ => path.to_string(),
+        };
+        self.cfg.root.resolve(&path).map_err(TransferError::from)
+    }
+
     fn connection(&self, mut stream: TcpStream) {
         let peer = stream
             .peer_addr()
@@ -194,15 +245,7 @@ impl Server {
             Err(e)
         };
 
-        let authorized = AuthorizedKeys::load(&self.cfg.authorized_keys).unwrap_or_default();
-        if !authorized.contains(&est.peer) {
-            let msg = format!(
-                "the server does not know your key {} ({}); add this line to {} on the server: {}",
-                est.peer.fingerprint(),
-                "client key",
-                self.cfg.authorized_keys.display(),
-                est.peer
-            );
+        if let Err(msg) = self.admit(&est.peer) {
             return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg));
         }
         let _guard = match SessionGuard::enter(&self.active, self.cfg.max_sessions) {
@@ -250,12 +293,8 @@ impl Server {
         }
         let side = match req.op {
             Op::Pull => {
-                let paths: Result<Vec<_>, _> =
-                    req.paths.iter().map(|p| self.cfg.root.resolve(p)).collect();
-                let walked = match paths
-                    .map_err(TransferError::from)
-                    .and_then(|p| walk(&p, req.recursive).map_err(Into::into))
-                {
+                let paths: Result<Vec<_>, _> = req.paths.iter().map(|p| self.resolve(p)).collect();
+                let walked = match paths.and_then(|p| walk(&p, req.recursive).map_err(Into::into)) {
                     Ok(w) => w,
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
@@ -270,20 +309,15 @@ impl Server {
             }
             Op::Push => {
                 let dest = &req.paths[0];
-                let dest_res = self
-                    .cfg
-                    .root
-                    .resolve(dest)
-                    .map_err(TransferError::from)
-                    .and_then(|p| {
-                        Destination::for_path(
-                            &p,
-                            dest.ends_with('/'),
-                            req.many_sources,
-                            self.cfg.root.clone(),
-                        )
-                        .map_err(Into::into)
-                    });
+                let dest_res = self.resolve(dest).and_then(|p| {
+                    Destination::for_path(
+                        &p,
+                        dest.ends_with('/'),
+                        req.many_sources,
+                        self.cfg.root.clone(),
+                    )
+                    .map_err(Into::into)
+                });
                 match dest_res {
                     Ok(d) => Side::Receive(Sink::new(d)),
                     Err(e) => return refuse(&mut ctrl_w, e),

@@ -127,6 +127,11 @@ impl KnownHosts {
         status
     }
 
+    /// Whether any key is pinned for `host` (`name:port`).
+    pub fn knows(&self, host: &str) -> bool {
+        self.entries.iter().any(|(h, _)| h == host)
+    }
+
     /// Pins `key` for `host`, appending to the file.
     pub fn add(&mut self, host: &str, key: &PublicKey) -> Result<(), KeyError> {
         let werr = |source| KeyError::Write {

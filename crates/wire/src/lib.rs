@@ -11,6 +11,7 @@ mod buf;
 pub mod datagram;
 mod msg;
 mod preamble;
+pub mod stdio;
 
 pub use block::{BlockHeader, BLOCK_HEADER_LEN};
 pub use buf::{DecodeError, Reader, Writer};

@@ -92,6 +92,9 @@ pub enum ErrorCode {
     ConnectionLost = 10,
     Integrity = 11,
     Busy = 12,
+    /// Client only, never sent: ssh could not start the remote haul
+    /// (ssh's own message says why), or haul is not installed there.
+    Ssh = 13,
 }
 
 impl ErrorCode {
@@ -108,6 +111,7 @@ impl ErrorCode {
             10 => ErrorCode::ConnectionLost,
             11 => ErrorCode::Integrity,
             12 => ErrorCode::Busy,
+            13 => ErrorCode::Ssh,
             _ => ErrorCode::Other,
         }
     }

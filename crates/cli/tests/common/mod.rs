@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod sshd;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

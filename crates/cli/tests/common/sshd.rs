@@ -1,0 +1,150 @@
+//! A real OpenSSH server for tests: Debian's sshd on loopback (or inside a
+//! namespace), with a host key and a user key made by the test, accepting
+//! only that user key. sshd needs root for its privilege separation; without
+//! root (or without sshd) the tests that use it print why they skip.
+
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::wait_until;
+
+pub const SSHD: &str = "/usr/sbin/sshd";
+
+pub struct Sshd {
+    child: Child,
+    pub port: u16,
+    pub addr: String,
+    pub dir: PathBuf,
+    /// The user's key (private half), accepted by the server.
+    pub user_key: PathBuf,
+    /// A known_hosts file that pins the server's host key.
+    pub known_hosts: PathBuf,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether this test can start sshd; prints the reason when it cannot.
+pub fn sshd_available(test: &str) -> bool {
+    if !netem::testing::is_root() {
+        println!("SKIPPED: {test}: starting sshd needs root (CI runs as root)");
+        return false;
+    }
+    if !Path::new(SSHD).exists() || which("ssh-keygen").is_none() || which("ssh").is_none() {
+        println!("SKIPPED: {test}: needs OpenSSH (apt install openssh-server openssh-client)");
+        return false;
+    }
+    true
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(prog))
+        .find(|p| p.exists())
+}
+
+pub fn keygen(path: &Path) {
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .status()
+        .expect("run ssh-keygen");
+    assert!(st.success(), "ssh-keygen failed");
+}
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Sshd {
+    /// Starts sshd on 127.0.0.1 with fresh keys under `dir`.
+    pub fn start(dir: &Path) -> Sshd {
+        Sshd::start_with(dir, "127.0.0.1", |c| c)
+    }
+
+    /// Starts sshd listening on `ip`, run through `wrap` (to put it in a
+    /// namespace), and waits until it answers (bounded).
+    pub fn start_with(dir: &Path, ip: &str, wrap: impl FnOnce(Command) -> Command) -> Sshd {
+        let dir = dir.join("ssh");
+        fs::create_dir_all(&dir).unwrap();
+        // sshd's privilege-separation directory.
+        let _ = fs::create_dir_all("/run/sshd");
+        let host_key = dir.join("host_key");
+        let user_key = dir.join("user_key");
+        keygen(&host_key);
+        keygen(&user_key);
+        fs::copy(dir.join("user_key.pub"), dir.join("authorized_keys")).unwrap();
+        let port = free_port("127.0.0.1");
+        let host_pub = fs::read_to_string(dir.join("host_key.pub")).unwrap();
+        let known_hosts = dir.join("known_hosts");
+        fs::write(&known_hosts, format!("[{ip}]:{port} {host_pub}")).unwrap();
+        let config = dir.join("sshd_config");
+        fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress {ip}\nHostKey {}\nAuthorizedKeysFile {}\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
+                 StrictModes no\nPermitRootLogin prohibit-password\nPidFile none\n\
+                 LogLevel ERROR\n",
+                host_key.display(),
+                dir.join("authorized_keys").display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(SSHD);
+        cmd.arg("-D").arg("-e").arg("-f").arg(&config);
+        let child = wrap(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start sshd");
+        let mut sshd = Sshd {
+            child,
+            port,
+            addr: ip.to_string(),
+            dir,
+            user_key,
+            known_hosts,
+        };
+        if ip == "127.0.0.1" {
+            let up = wait_until(Duration::from_secs(10), || {
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
+            if !up {
+                let _ = sshd.child.kill();
+                panic!("sshd did not start listening on port {port}");
+            }
+        }
+        sshd
+    }
+
+    /// `ssh` with this server's port, the user key and the pinned host key,
+    /// never prompting: the value for `haul cp -e`.
+    pub fn rsh(&self) -> String {
+        self.rsh_with(&self.user_key, &self.known_hosts)
+    }
+
+    pub fn rsh_with(&self, key: &Path, known_hosts: &Path) -> String {
+        format!(
+            "ssh -F /dev/null -p {} -i {} -o IdentitiesOnly=yes -o UserKnownHostsFile={} \
+             -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10",
+            self.port,
+            key.display(),
+            known_hosts.display()
+        )
+    }
+}

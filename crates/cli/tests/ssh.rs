@@ -1,0 +1,299 @@
+//! No-daemon transfers through a real OpenSSH server on loopback: haul
+//! starts `haul serve --stdio` over ssh and copies files and trees both
+//! ways, directly or through the ssh channel; ssh's own failures reach the
+//! user. Needs root to start sshd (prints SKIPPED otherwise).
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::sshd::{keygen, sshd_available, Sshd};
+use common::*;
+
+/// `haul cp -e RSH --remote-haul HAUL ARGS`.
+fn cp_ssh(env: &Env, sshd: &Sshd, args: &[&str]) -> std::process::Output {
+    let rsh = sshd.rsh();
+    let mut all = vec!["-e", rsh.as_str(), "--remote-haul", HAUL];
+    all.extend_from_slice(args);
+    env.cp(&all)
+}
+
+fn tree(dir: &Path) {
+    fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    write_file(&dir.join("big.bin"), &random_bytes(5_000_000, 1));
+    write_file(&dir.join("sub/small.txt"), b"hello\n");
+    write_file(&dir.join("sub/deeper/empty"), b"");
+    write_file(&dir.join("name with spaces"), &random_bytes(70_000, 2));
+    std::os::unix::fs::symlink("sub/small.txt", dir.join("link")).unwrap();
+}
+
+fn remote(path: &Path) -> String {
+    format!("127.0.0.1:{}", path.display())
+}
+
+#[test]
+fn trees_and_files_both_ways_over_ssh() {
+    if !sshd_available("trees_and_files_both_ways_over_ssh") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let src = env.local.join("tree");
+    tree(&src);
+
+    // Push a tree (direct data connections; the summary says how).
+    let err = ok(&cp_ssh(
+        &env,
+        &sshd,
+        &["-r", src.to_str().unwrap(), &remote(&env.root)],
+    ));
+    assert!(
+        err.contains("started over ssh, data on direct connections"),
+        "{err}"
+    );
+    assert_same_tree(&src, &env.root.join("tree"));
+
+    // Pull it back, as JSON.
+    let back = env.local.join("back");
+    fs::create_dir(&back).unwrap();
+    let out = cp_ssh(
+        &env,
+        &sshd,
+        &[
+            "-r",
+            "--json",
+            &remote(&env.root.join("tree")),
+            back.to_str().unwrap(),
+        ],
+    );
+    ok(&out);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains("\"route\":\"ssh\""), "{json}");
+    assert_same_tree(&src, &back.join("tree"));
+
+    // Several sources into one directory.
+    let many = env.root.join("many");
+    fs::create_dir(&many).unwrap();
+    ok(&cp_ssh(
+        &env,
+        &sshd,
+        &[
+            src.join("big.bin").to_str().unwrap(),
+            src.join("sub/small.txt").to_str().unwrap(),
+            &format!("{}/", remote(&many)),
+        ],
+    ));
+    assert_same_tree(&src.join("big.bin"), &many.join("big.bin"));
+    assert_same_tree(&src.join("sub/small.txt"), &many.join("small.txt"));
+    assert!(temporaries(&env.root).is_empty());
+}
+
+#[test]
+fn data_through_the_ssh_channel() {
+    if !sshd_available("data_through_the_ssh_channel") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let src = env.local.join("tree");
+    tree(&src);
+    let out = cp_ssh(
+        &env,
+        &sshd,
+        &[
+            "-r",
+            "--through-ssh",
+            "--json",
+            src.to_str().unwrap(),
+            &remote(&env.root),
+        ],
+    );
+    ok(&out);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains("\"route\":\"ssh-relay\""), "{json}");
+    assert!(json.contains("\"streams\":1"), "{json}");
+    assert_same_tree(&src, &env.root.join("tree"));
+
+    let back = env.local.join("back.bin");
+    let err = ok(&cp_ssh(
+        &env,
+        &sshd,
+        &[
+            "--through-ssh",
+            &remote(&env.root.join("tree/big.bin")),
+            back.to_str().unwrap(),
+        ],
+    ));
+    assert!(err.contains("data through the ssh channel"), "{err}");
+    assert_eq!(
+        fs::read(&back).unwrap(),
+        fs::read(src.join("big.bin")).unwrap()
+    );
+}
+
+#[test]
+fn remote_paths_are_the_logins_own_and_ssh_config_applies() {
+    if !sshd_available("remote_paths_are_the_logins_own_and_ssh_config_applies") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    write_file(&env.local.join("f.bin"), &random_bytes(300_000, 3));
+    // A host alias, port, user and key from an ssh config file, as in
+    // ~/.ssh/config; the alias resolves nowhere else.
+    let config = sshd.dir.join("config");
+    fs::write(
+        &config,
+        format!(
+            "Host dtn-alias\n  HostName 127.0.0.1\n  Port {}\n  User root\n  IdentityFile {}\n  \
+             IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n  BatchMode yes\n",
+            sshd.port,
+            sshd.user_key.display(),
+            sshd.known_hosts.display()
+        ),
+    )
+    .unwrap();
+    // --remote-haul is put verbatim at the head of the remote command line
+    // (like rsync's --rsync-path), so it can change the login directory.
+    let remote_haul = format!("cd {} && {HAUL}", env.root.display());
+    let rsh = format!("ssh -F {}", config.display());
+    let out = env.cp(&[
+        "-e",
+        &rsh,
+        "--remote-haul",
+        &remote_haul,
+        env.local.join("f.bin").to_str().unwrap(),
+        "dtn-alias:relative.bin",
+    ]);
+    ok(&out);
+    assert_eq!(
+        fs::read(env.root.join("relative.bin")).unwrap(),
+        fs::read(env.local.join("f.bin")).unwrap()
+    );
+    // And pulled back, relative to the login directory too.
+    let out = env.cp(&[
+        "-e",
+        &rsh,
+        "--remote-haul",
+        &remote_haul,
+        "root@dtn-alias:relative.bin",
+        env.local.join("g.bin").to_str().unwrap(),
+    ]);
+    ok(&out);
+    assert_eq!(
+        fs::read(env.local.join("g.bin")).unwrap(),
+        fs::read(env.local.join("f.bin")).unwrap()
+    );
+}
+
+#[test]
+fn ssh_failures_show_sshs_own_message() {
+    if !sshd_available("ssh_failures_show_sshs_own_message") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let file = env.local.join("f");
+    write_file(&file, b"x");
+    let dest = remote(&env.root.join("f"));
+    let run = |rsh: String| {
+        env.cp(&[
+            "-e",
+            &rsh,
+            "--remote-haul",
+            HAUL,
+            file.to_str().unwrap(),
+            &dest,
+        ])
+    };
+
+    // Unknown host key, under strict checking.
+    let empty = sshd.dir.join("empty_known_hosts");
+    fs::write(&empty, "").unwrap();
+    let err = fails(&run(sshd.rsh_with(&sshd.user_key, &empty)), 13);
+    assert!(err.contains("Host key verification failed"), "{err}");
+    assert!(err.contains("ssh to 127.0.0.1 failed"), "{err}");
+
+    // A changed host key.
+    let other = sshd.dir.join("other_host_key");
+    keygen(&other);
+    let changed = sshd.dir.join("changed_known_hosts");
+    let other_pub = fs::read_to_string(other.with_extension("pub")).unwrap();
+    fs::write(&changed, format!("[127.0.0.1]:{} {other_pub}", sshd.port)).unwrap();
+    let err = fails(&run(sshd.rsh_with(&sshd.user_key, &changed)), 13);
+    assert!(
+        err.contains("REMOTE HOST IDENTIFICATION HAS CHANGED"),
+        "{err}"
+    );
+
+    // A user key the server does not accept.
+    let stranger = sshd.dir.join("stranger");
+    keygen(&stranger);
+    let err = fails(&run(sshd.rsh_with(&stranger, &sshd.known_hosts)), 13);
+    assert!(err.contains("Permission denied"), "{err}");
+
+    // Nobody listening.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = fails(
+        &run(format!("ssh -F /dev/null -p {port} -o BatchMode=yes")),
+        13,
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+
+    // No ssh program at all.
+    let err = fails(&run("/nonexistent/ssh".into()), 13);
+    assert!(err.contains("cannot run the ssh command"), "{err}");
+    assert!(!env.root.join("f").exists());
+}
+
+#[test]
+fn remote_without_haul_or_with_another_version() {
+    if !sshd_available("remote_without_haul_or_with_another_version") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let file = env.local.join("f");
+    write_file(&file, b"x");
+    let dest = remote(&env.root.join("f"));
+    let rsh = sshd.rsh();
+    let run = |remote_haul: &str| {
+        env.cp(&[
+            "-e",
+            &rsh,
+            "--remote-haul",
+            remote_haul,
+            file.to_str().unwrap(),
+            &dest,
+        ])
+    };
+
+    let err = fails(&run("/opt/nowhere/haul"), 13);
+    assert!(err.contains("haul is not installed on 127.0.0.1"), "{err}");
+    assert!(err.contains("\"/opt/nowhere/haul\""), "{err}");
+    assert!(err.contains("--remote-haul"), "{err}");
+
+    // A haul of another protocol version, behind a chatty login.
+    let fake = env.dir.path().join("old-haul");
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho 'Welcome to the DTN'\necho 'haul-ssh 1 0.0.9 key={} port=7'\nsleep 1\n",
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let err = fails(&run(fake.to_str().unwrap()), 5);
+    assert!(err.contains("release 0.0.9 speaking protocol 1"), "{err}");
+    assert!(err.contains(fake.to_str().unwrap()), "{err}");
+
+    // A program that does not know `serve --stdio` at all.
+    let err = fails(&run("/bin/false"), 13);
+    assert!(err.contains("exited with status 1"), "{err}");
+    assert!(!env.root.join("f").exists());
+}
