@@ -82,6 +82,7 @@ fn push_and_pull_across_a_long_lossy_link() {
         mtu: 1500,
         seed: 11,
         block_udp: false,
+        only_tcp_ports: vec![],
     };
     let mut emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -171,6 +172,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
         mtu: 9000,
         seed: 23,
         block_udp: false,
+        only_tcp_ports: vec![],
     };
     let mut emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -252,6 +254,7 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
         mtu: 1500,
         seed: 5,
         block_udp: true,
+        only_tcp_ports: vec![],
     };
     let emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -297,4 +300,101 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
         "{stderr}"
     );
     assert!(!env.root.join("e.bin").exists());
+}
+
+/// sshd inside namespace B, on the emulator's far side.
+fn sshd_in_b(emu: &Emulator, env: &Env) -> common::sshd::Sshd {
+    common::sshd::Sshd::start_with(env.dir.path(), ADDR_B, |p: &str| emu.command_b(p))
+}
+
+/// `haul cp` in namespace A through ssh to namespace B.
+fn cp_ssh_in_a(
+    emu: &Emulator,
+    env: &Env,
+    sshd: &common::sshd::Sshd,
+    args: &[&str],
+) -> std::process::Output {
+    let rsh = sshd.rsh();
+    let mut all = vec!["-e", rsh.as_str(), "--remote-haul", HAUL];
+    all.extend_from_slice(args);
+    cp_in_a(emu, env, &all)
+}
+
+#[test]
+fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
+    if !require_emulator("the haul-over-ssh WAN test")
+        || !common::sshd::sshd_available("the haul-over-ssh WAN test")
+    {
+        return;
+    }
+    // 100 Mbit/s, 40 ms RTT, 0.2% loss: a long path, so auto takes UDP.
+    let link = LinkConfig {
+        delay: Duration::from_millis(20),
+        rate_bps: Some(100_000_000),
+        loss: 0.002,
+        ..Default::default()
+    };
+    let env = Env::new();
+    let data = random_bytes(6 << 20, 21);
+    let src = env.local.join("data.bin");
+    write_file(&src, &data);
+    {
+        let cfg = EmulatorConfig {
+            name: unique_name("ssh"),
+            a2b: link.clone(),
+            b2a: link.clone(),
+            mtu: 1500,
+            seed: 3,
+            block_udp: false,
+            only_tcp_ports: vec![],
+        };
+        let emu = Emulator::start(cfg).expect("emulator starts");
+        let sshd = sshd_in_b(&emu, &env);
+        let dest = format!("{ADDR_B}:{}", env.root.join("direct.bin").display());
+        let out = cp_ssh_in_a(&emu, &env, &sshd, &["--json", src.to_str().unwrap(), &dest]);
+        ok(&out);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["route"], "ssh", "{json}");
+        assert_eq!(json["transport"], "udp", "{json}");
+        assert!(fs::read(env.root.join("direct.bin")).unwrap() == data);
+    }
+    // Only ssh's port is open: the direct connection meets silence, and the
+    // data goes through the ssh channel, both ways, with a notice. The
+    // firewall needs sshd's port before sshd starts, so it is picked here.
+    let ssh_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let cfg = EmulatorConfig {
+        name: unique_name("sshfw"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 4,
+        block_udp: false,
+        only_tcp_ports: vec![ssh_port],
+    };
+    let emu = Emulator::start(cfg).expect("emulator starts");
+    let sshd =
+        common::sshd::Sshd::start_on(env.dir.path(), ADDR_B, ssh_port, |p: &str| emu.command_b(p));
+    let dest = format!("{ADDR_B}:{}", env.root.join("relayed.bin").display());
+    let out = cp_ssh_in_a(&emu, &env, &sshd, &["--json", src.to_str().unwrap(), &dest]);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no direct connection") && stderr.contains("through the ssh channel"),
+        "the fallback is announced: {stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["route"], "ssh-relay", "{json}");
+    assert!(fs::read(env.root.join("relayed.bin")).unwrap() == data);
+    let back = env.local.join("back.bin");
+    let src_remote = format!("{ADDR_B}:{}", env.root.join("relayed.bin").display());
+    ok(&cp_ssh_in_a(
+        &emu,
+        &env,
+        &sshd,
+        &[&src_remote, back.to_str().unwrap()],
+    ));
+    assert!(fs::read(&back).unwrap() == data);
 }

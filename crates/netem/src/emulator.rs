@@ -29,6 +29,10 @@ pub struct EmulatorConfig {
     /// Drop every UDP datagram, both ways, as a firewall that lets only TCP
     /// through would.
     pub block_udp: bool,
+    /// When not empty, a firewall that passes only TCP to or from these
+    /// ports (and ICMP): everything else, UDP and other TCP ports included,
+    /// is dropped both ways, as between two sites that open only ssh.
+    pub only_tcp_ports: Vec<u16>,
 }
 
 /// What each direction did, reported when the emulator stops.
@@ -96,12 +100,16 @@ impl Emulator {
                 "b2a",
             ),
         ];
-        let block_udp = cfg.block_udp;
+        let filter = forward::Filter {
+            block_udp: cfg.block_udp,
+            only_tcp_ports: cfg.only_tcp_ports.clone(),
+        };
         for (input, output, link, label) in pairs {
             let stop = emu.stop.clone();
+            let filter = filter.clone();
             let t = std::thread::Builder::new()
                 .name(format!("netem-{label}"))
-                .spawn(move || forward::run(input, output, link, start, stop, block_udp))?;
+                .spawn(move || forward::run(input, output, link, start, stop, &filter))?;
             emu.threads.push(t);
         }
         Ok(emu)

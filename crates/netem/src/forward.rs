@@ -27,7 +27,7 @@ pub fn run(
     mut link: Link,
     start: Instant,
     stop: Arc<AtomicBool>,
-    block_udp: bool,
+    filter: &Filter,
 ) -> (Counters, u64) {
     // SAFETY: prctl with integer arguments only affects this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
@@ -48,7 +48,7 @@ pub fn run(
                 Ok(0) => break,
                 Ok(n) => {
                     busy = true;
-                    if block_udp && is_udp(&buf[..n]) {
+                    if !filter.passes(&buf[..n]) {
                         continue;
                     }
                     link.send(start.elapsed(), buf[..n].to_vec());
@@ -91,8 +91,76 @@ pub fn run(
     (link.counters().clone(), write_errors)
 }
 
-/// An IPv4 packet carrying UDP (protocol 17). The emulator's link is
+/// The emulated firewall: which packets may enter the link. The link is
 /// IPv4-only.
-fn is_udp(p: &[u8]) -> bool {
-    p.len() > 9 && p[0] >> 4 == 4 && p[9] == 17
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub block_udp: bool,
+    /// When not empty, only TCP to or from these ports passes (and ICMP).
+    pub only_tcp_ports: Vec<u16>,
+}
+
+const ICMP: u8 = 1;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+impl Filter {
+    pub fn passes(&self, p: &[u8]) -> bool {
+        if p.len() < 20 || p[0] >> 4 != 4 {
+            return true;
+        }
+        let proto = p[9];
+        if self.block_udp && proto == UDP {
+            return false;
+        }
+        if self.only_tcp_ports.is_empty() || proto == ICMP {
+            return true;
+        }
+        if proto != TCP {
+            return false;
+        }
+        let ihl = (p[0] & 0x0f) as usize * 4;
+        let Some(ports) = p.get(ihl..ihl + 4) else {
+            return false;
+        };
+        let src = u16::from_be_bytes([ports[0], ports[1]]);
+        let dst = u16::from_be_bytes([ports[2], ports[3]]);
+        self.only_tcp_ports.contains(&src) || self.only_tcp_ports.contains(&dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(proto: u8, src: u16, dst: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[9] = proto;
+        p[20..22].copy_from_slice(&src.to_be_bytes());
+        p[22..24].copy_from_slice(&dst.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn firewall_rules() {
+        let open = Filter::default();
+        assert!(open.passes(&packet(UDP, 1, 2)));
+        let no_udp = Filter {
+            block_udp: true,
+            ..Filter::default()
+        };
+        assert!(!no_udp.passes(&packet(UDP, 1, 2)));
+        assert!(no_udp.passes(&packet(TCP, 1, 2)));
+        let ssh_only = Filter {
+            block_udp: false,
+            only_tcp_ports: vec![22],
+        };
+        assert!(ssh_only.passes(&packet(TCP, 40000, 22)));
+        assert!(ssh_only.passes(&packet(TCP, 22, 40000)));
+        assert!(!ssh_only.passes(&packet(TCP, 40000, 7050)));
+        assert!(!ssh_only.passes(&packet(UDP, 40000, 22)));
+        assert!(ssh_only.passes(&packet(ICMP, 0, 0)));
+        assert!(!ssh_only.passes(&packet(TCP, 1, 2)[..22]));
+    }
 }

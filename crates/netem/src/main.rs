@@ -59,6 +59,10 @@ struct Args {
     /// Drop every UDP datagram both ways (a firewall that passes only TCP).
     #[arg(long)]
     block_udp: bool,
+    /// Pass only TCP to or from these ports (and ICMP), dropping all else
+    /// both ways: --only-tcp-ports 22 is a firewall that opens only ssh.
+    #[arg(long, value_delimiter = ',', value_name = "PORT,...")]
+    only_tcp_ports: Vec<u16>,
     /// Seed for loss and other random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -204,6 +208,7 @@ fn main() {
         mtu: args.mtu,
         seed: args.seed,
         block_udp: args.block_udp,
+        only_tcp_ports: args.only_tcp_ports.clone(),
     };
     let mut emu = match Emulator::start(cfg) {
         Ok(e) => e,

@@ -18,6 +18,7 @@ fn emulator(tag: &str, link: LinkConfig, mtu: u32) -> Emulator {
         mtu,
         seed: 7,
         block_udp: false,
+        only_tcp_ports: vec![],
     };
     Emulator::start(cfg).expect("emulator starts")
 }

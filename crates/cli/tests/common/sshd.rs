@@ -4,12 +4,11 @@
 //! root (or without sshd) the tests that use it print why they skip.
 
 use std::fs;
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-use super::wait_until;
 
 pub const SSHD: &str = "/usr/sbin/sshd";
 
@@ -31,10 +30,10 @@ impl Drop for Sshd {
     }
 }
 
-/// Whether this test can start sshd; prints the reason when it cannot.
+/// Whether this test can start sshd; prints the reason when it cannot
+/// (and fails under CI, which runs as root and must run it).
 pub fn sshd_available(test: &str) -> bool {
-    if !netem::testing::is_root() {
-        println!("SKIPPED: {test}: starting sshd needs root (CI runs as root)");
+    if !netem::testing::require_root(&format!("{test} (it starts sshd)")) {
         return false;
     }
     if !Path::new(SSHD).exists() || which("ssh-keygen").is_none() || which("ssh").is_none() {
@@ -72,13 +71,23 @@ fn free_port(ip: &str) -> u16 {
 impl Sshd {
     /// Starts sshd on 127.0.0.1 with fresh keys under `dir`.
     pub fn start(dir: &Path) -> Sshd {
-        Sshd::start_with(dir, "127.0.0.1", |c| c)
+        Sshd::start_with(dir, "127.0.0.1", |p: &str| Command::new(p))
     }
 
-    /// Starts sshd listening on `ip`, run through `wrap` (to put it in a
-    /// namespace), and waits until it answers (bounded).
-    pub fn start_with(dir: &Path, ip: &str, wrap: impl FnOnce(Command) -> Command) -> Sshd {
-        let dir = dir.join("ssh");
+    /// Starts sshd listening on `ip`, its command made by `command` (to
+    /// put it in a namespace), and waits until it listens (bounded).
+    pub fn start_with(dir: &Path, ip: &str, command: impl FnOnce(&str) -> Command) -> Sshd {
+        Sshd::start_on(dir, ip, free_port("127.0.0.1"), command)
+    }
+
+    /// Like [`Sshd::start_with`], on a given port.
+    pub fn start_on(
+        dir: &Path,
+        ip: &str,
+        port: u16,
+        command: impl FnOnce(&str) -> Command,
+    ) -> Sshd {
+        let dir = dir.join(format!("ssh-{port}"));
         fs::create_dir_all(&dir).unwrap();
         // sshd's privilege-separation directory.
         let _ = fs::create_dir_all("/run/sshd");
@@ -87,7 +96,6 @@ impl Sshd {
         keygen(&host_key);
         keygen(&user_key);
         fs::copy(dir.join("user_key.pub"), dir.join("authorized_keys")).unwrap();
-        let port = free_port("127.0.0.1");
         let host_pub = fs::read_to_string(dir.join("host_key.pub")).unwrap();
         let known_hosts = dir.join("known_hosts");
         fs::write(&known_hosts, format!("[{ip}]:{port} {host_pub}")).unwrap();
@@ -98,38 +106,46 @@ impl Sshd {
                 "Port {port}\nListenAddress {ip}\nHostKey {}\nAuthorizedKeysFile {}\n\
                  PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
                  StrictModes no\nPermitRootLogin prohibit-password\nPidFile none\n\
-                 LogLevel ERROR\n",
+                 LogLevel INFO\n",
                 host_key.display(),
                 dir.join("authorized_keys").display()
             ),
         )
         .unwrap();
-        let mut cmd = Command::new(SSHD);
-        cmd.arg("-D").arg("-e").arg("-f").arg(&config);
-        let child = wrap(cmd)
+        let mut child = command(SSHD)
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start sshd");
-        let mut sshd = Sshd {
+        // sshd says "Server listening on ADDR port N." once it listens;
+        // the rest of its log is drained.
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("Server listening on") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("sshd did not start listening on {ip} port {port}");
+        }
+        Sshd {
             child,
             port,
             addr: ip.to_string(),
             dir,
             user_key,
             known_hosts,
-        };
-        if ip == "127.0.0.1" {
-            let up = wait_until(Duration::from_secs(10), || {
-                TcpStream::connect(("127.0.0.1", port)).is_ok()
-            });
-            if !up {
-                let _ = sshd.child.kill();
-                panic!("sshd did not start listening on port {port}");
-            }
         }
-        sshd
     }
 
     /// `ssh` with this server's port, the user key and the pinned host key,
