@@ -76,9 +76,18 @@ pub struct CpArgs {
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     pub paths: Vec<String>,
-    /// Copy directories recursively.
+    /// Copy directories recursively. As with rsync, a source ending in '/'
+    /// (`dir/`) copies the directory's contents, not the directory itself.
     #[arg(short, long)]
     pub recursive: bool,
+    /// Keep modification times and exact modes (scp -p, rsync -t -p).
+    /// Without it, files get the receiver's umask and the time they arrive.
+    #[arg(short, long)]
+    pub preserve: bool,
+    /// Show progress even when stderr is not a terminal (one line a second,
+    /// for logs); on a terminal a bar is shown anyway, unless -q.
+    #[arg(long)]
+    pub progress: bool,
     /// Number of parallel TCP streams (default: automatic).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub streams: Option<u16>,

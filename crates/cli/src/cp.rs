@@ -1,6 +1,7 @@
 //! `haul cp`: works out the direction from the locations, connects, and
 //! prints the result. All the moving is done by the driver.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use wire::ErrorCode;
 
 use crate::args::{CpArgs, TransportArg};
 use crate::location::Location;
-use crate::report::{self, Bar};
+use crate::report::{self, Bar, Show};
 use crate::{exit, home};
 
 /// The remote end of a copy, as the user named it.
@@ -113,7 +114,7 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
     }
 }
 
-fn local_destination(dest: &str, many: bool) -> Result<Destination, TransferError> {
+fn local_destination(dest: &str, many: bool, contents: bool) -> Result<Destination, TransferError> {
     if dest == "-" {
         if many {
             return Err(usage(
@@ -133,7 +134,7 @@ fn local_destination(dest: &str, many: bool) -> Result<Destination, TransferErro
             .to_path_buf()
     };
     let root = Root::new(&bound).map_err(TransferError::from)?;
-    Destination::for_path(path, dest.ends_with('/'), many, root).map_err(Into::into)
+    Destination::for_path(path, dest.ends_with('/'), many, contents, root).map_err(Into::into)
 }
 
 pub fn run(a: CpArgs) -> i32 {
@@ -200,6 +201,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             TransportArg::Udp => Transport::Udp,
             TransportArg::Auto => Transport::Auto,
         },
+        preserve: a.preserve,
         tuning: Tuning::auto(a.cc.clone()),
         connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
         notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
@@ -222,7 +224,15 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
         let (conn, link) = driver::ssh::connect(cfg, &spec, a.through_ssh)?;
         Ok((conn, Some(link)))
     };
-    let show = !a.quiet && !a.json;
+    let show = if a.quiet {
+        Show::Never
+    } else if a.progress {
+        Show::Always
+    } else if a.json {
+        Show::Never
+    } else {
+        Show::OnTerminal
+    };
     let (direction, report) = match plan {
         Plan::Push { sources, dest, .. } => {
             let walked = store::walk(&sources, a.recursive)?;
@@ -231,14 +241,26 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             }
             let (conn, link) = connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
-            let r = conn.push(walked, &dest, a.recursive, sources.len() > 1);
+            let contents = sources
+                .iter()
+                .any(|s| store::names_contents(s.as_os_str().as_bytes()));
+            let r = conn.push(walked, &dest, a.recursive, sources.len() > 1, contents);
             bar.finish();
             ("push", finish(r, link)?)
         }
         Plan::Pull { sources, dest, .. } => {
-            let sink = Sink::new(local_destination(&dest, sources.len() > 1)?);
+            let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
+            let dest = local_destination(&dest, sources.len() > 1, contents)?;
+            let sink = Sink::new(dest, a.preserve);
             let (conn, link) = connect(cfg)?;
-            let bar = Bar::start(conn.progress(), show && !sink.is_stdout());
+            let bar = Bar::start(
+                conn.progress(),
+                if sink.is_stdout() && show == Show::OnTerminal {
+                    Show::Never
+                } else {
+                    show
+                },
+            );
             let r = conn.pull(sources, a.recursive, &sink);
             bar.finish();
             ("pull", finish(r, link)?)

@@ -10,6 +10,16 @@ use driver::{Progress, Report};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
+/// When to show progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    Never,
+    /// A bar, when stderr is a terminal.
+    OnTerminal,
+    /// A bar on a terminal, else a line a second (`--progress`).
+    Always,
+}
+
 /// A progress bar fed from the engine's counters by a small thread.
 pub struct Bar {
     stop: Arc<AtomicBool>,
@@ -17,12 +27,20 @@ pub struct Bar {
 }
 
 impl Bar {
-    pub fn start(progress: Arc<Progress>, enabled: bool) -> Bar {
+    pub fn start(progress: Arc<Progress>, show: Show) -> Bar {
         let stop = Arc::new(AtomicBool::new(false));
-        if !enabled || !std::io::stderr().is_terminal() {
+        let terminal = std::io::stderr().is_terminal();
+        let s = stop.clone();
+        if show == Show::Always && !terminal {
+            let thread = std::thread::spawn(move || lines(&progress, &s));
+            return Bar {
+                stop,
+                thread: Some(thread),
+            };
+        }
+        if show == Show::Never || !terminal {
             return Bar { stop, thread: None };
         }
-        let s = stop.clone();
         let thread = std::thread::spawn(move || {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(8));
             bar.set_style(
@@ -63,6 +81,42 @@ impl Bar {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Progress as plain lines, one a second, for logs and pipes.
+fn lines(progress: &Progress, stop: &AtomicBool) {
+    let get = Progress::get;
+    let mut last = (std::time::Instant::now(), 0u64);
+    let mut ticks = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        ticks += 1;
+        if !ticks.is_multiple_of(10) {
+            continue;
+        }
+        let (done, total) = (get(&progress.done_bytes), get(&progress.total_bytes));
+        let now = std::time::Instant::now();
+        let rate = done.saturating_sub(last.1) as f64 / now.duration_since(last.0).as_secs_f64();
+        last = (now, done);
+        let eta = if rate > 0.0 && total > done {
+            format!(", ETA {:.0} s", (total - done) as f64 / rate)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "haul: {:.1}% {} of {}, {}{eta}, files {}/{}",
+            if total > 0 {
+                done as f64 * 100.0 / total as f64
+            } else {
+                0.0
+            },
+            bytes(done),
+            bytes(total),
+            bits_per_sec(rate * 8.0),
+            get(&progress.done_files),
+            get(&progress.total_files),
+        );
     }
 }
 

@@ -46,7 +46,7 @@ fn trees_and_files_both_ways_over_ssh() {
     let err = ok(&cp_ssh(
         &env,
         &sshd,
-        &["-r", src.to_str().unwrap(), &remote(&env.root)],
+        &["-rp", src.to_str().unwrap(), &remote(&env.root)],
     ));
     assert!(
         err.contains("started over ssh, data on direct connections"),
@@ -61,7 +61,7 @@ fn trees_and_files_both_ways_over_ssh() {
         &env,
         &sshd,
         &[
-            "-r",
+            "-rp",
             "--json",
             &remote(&env.root.join("tree")),
             back.to_str().unwrap(),
@@ -79,6 +79,7 @@ fn trees_and_files_both_ways_over_ssh() {
         &env,
         &sshd,
         &[
+            "-p",
             src.join("big.bin").to_str().unwrap(),
             src.join("sub/small.txt").to_str().unwrap(),
             &format!("{}/", remote(&many)),
@@ -102,7 +103,7 @@ fn data_through_the_ssh_channel() {
         &env,
         &sshd,
         &[
-            "-r",
+            "-rp",
             "--through-ssh",
             "--json",
             src.to_str().unwrap(),

@@ -22,6 +22,7 @@ fn large_file_push_and_pull_byte_exact() {
 
     let out = env.cp(&[
         "--json",
+        "-p",
         src.to_str().unwrap(),
         &env.remote(&server, "/big.bin"),
     ]);
@@ -103,7 +104,7 @@ fn tree_of_small_files_both_ways() {
     let nfiles = build_tree(&top);
 
     let out = env.cp(&[
-        "-r",
+        "-rp",
         "--json",
         top.to_str().unwrap(),
         &env.remote(&server, "/"),
@@ -115,7 +116,7 @@ fn tree_of_small_files_both_ways() {
 
     // Pull it back under another name (destination does not exist: renamed).
     let back = env.local.join("tree back");
-    ok(&env.cp(&["-r", &env.remote(&server, "tree"), back.to_str().unwrap()]));
+    ok(&env.cp(&["-rp", &env.remote(&server, "tree"), back.to_str().unwrap()]));
     assert_same_tree(&top, &back);
     assert!(temporaries(env.dir.path()).is_empty());
 }
@@ -255,4 +256,125 @@ fn udp_channel_on_loopback() {
     ]));
     assert_same_tree(&tree, &back);
     assert!(temporaries(env.dir.path()).is_empty());
+}
+
+/// rsync's trailing-slash rule: `dir/` copies the directory's contents
+/// (into the destination, made if missing); `dir` copies the directory
+/// itself (into an existing destination directory, or as the destination).
+#[test]
+fn trailing_slash_copies_a_directorys_contents_like_rsync() {
+    let env = Env::new();
+    let server = env.serve();
+    let top = env.local.join("src");
+    fs::create_dir_all(top.join("sub")).unwrap();
+    write_file(&top.join("a"), b"a");
+    write_file(&top.join("sub/b"), b"b");
+    let contents = format!("{}/", top.display());
+    let names = |p: &std::path::Path| {
+        let mut v: Vec<String> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+
+    // Push `src/` to a missing directory: created, filled with the contents.
+    ok(&env.cp(&["-r", &contents, &env.remote(&server, "new")]));
+    assert_eq!(names(&env.root.join("new")), ["a", "sub"]);
+    // Push `src/` to an existing directory: contents merged into it.
+    fs::create_dir(env.root.join("old")).unwrap();
+    write_file(&env.root.join("old/keep"), b"k");
+    ok(&env.cp(&["-r", &contents, &env.remote(&server, "old")]));
+    assert_eq!(names(&env.root.join("old")), ["a", "keep", "sub"]);
+    // Push `src` (no slash) to an existing directory: the directory itself.
+    ok(&env.cp(&["-r", top.to_str().unwrap(), &env.remote(&server, "old")]));
+    assert_eq!(names(&env.root.join("old")), ["a", "keep", "src", "sub"]);
+    // `src/.` is `src/`.
+    ok(&env.cp(&[
+        "-r",
+        &format!("{}/.", top.display()),
+        &env.remote(&server, "dot"),
+    ]));
+    assert_eq!(names(&env.root.join("dot")), ["a", "sub"]);
+
+    // Pull: `new/` into a missing local directory, and `new` into an
+    // existing one.
+    let pulled = env.local.join("pulled");
+    ok(&env.cp(&["-r", &env.remote(&server, "new/"), pulled.to_str().unwrap()]));
+    assert_eq!(names(&pulled), ["a", "sub"]);
+    ok(&env.cp(&["-r", &env.remote(&server, "new"), pulled.to_str().unwrap()]));
+    assert_eq!(names(&pulled), ["a", "new", "sub"]);
+    assert_eq!(fs::read(pulled.join("new/sub/b")).unwrap(), b"b");
+
+    // An empty directory's contents still make the destination.
+    fs::create_dir(env.local.join("empty")).unwrap();
+    let empty = format!("{}/", env.local.join("empty").display());
+    ok(&env.cp(&["-r", &empty, &env.remote(&server, "made")]));
+    assert!(env.root.join("made").is_dir());
+    // Contents into something that is not a directory: refused.
+    write_file(&env.root.join("file"), b"f");
+    let err = fails(&env.cp(&["-r", &contents, &env.remote(&server, "file")]), 2);
+    assert!(err.contains("not a directory"), "{err}");
+    // Contents need -r, like the directory itself.
+    let err = fails(&env.cp(&[&contents, &env.remote(&server, "x")]), 2);
+    assert!(err.contains("use -r"), "{err}");
+}
+
+/// Without -p, files get the receiver's umask and arrival time (like scp
+/// and cp); with -p, their modification times and exact modes.
+#[test]
+fn preserve_keeps_times_and_modes_only_when_asked() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    let server = env.serve();
+    let src = env.local.join("f");
+    write_file(&src, b"data");
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o777)).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    fs::File::options()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+
+    ok(&env.cp(&[src.to_str().unwrap(), &env.remote(&server, "plain")]));
+    let m = fs::metadata(env.root.join("plain")).unwrap();
+    assert!(
+        m.mtime() > 1_000_000_000 + 3600,
+        "arrival time, not the source's"
+    );
+    // The server runs with the test's umask (022 unless set otherwise).
+    let umask = 0o022;
+    assert_eq!(m.mode() & 0o777, 0o777 & !umask);
+
+    ok(&env.cp(&["-p", src.to_str().unwrap(), &env.remote(&server, "kept")]));
+    let m = fs::metadata(env.root.join("kept")).unwrap();
+    assert_eq!(m.mtime(), 1_000_000_000);
+    assert_eq!(m.mode() & 0o777, 0o777);
+}
+
+/// `--progress` prints lines when stderr is not a terminal.
+#[test]
+fn progress_lines_for_logs() {
+    let env = Env::new();
+    let server = env.serve();
+    let src = env.local.join("big");
+    write_file(&src, &random_bytes(64 << 20, 9));
+    let err = ok(&env.cp(&[
+        "--progress",
+        "--rate",
+        "200M",
+        src.to_str().unwrap(),
+        &env.remote(&server, "big"),
+    ]));
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("haul: ") && l.contains("% ") && l.contains(", files ")),
+        "{err}"
+    );
+    // Without it, a pipe gets the summary only.
+    let err = ok(&env.cp(&[src.to_str().unwrap(), &env.remote(&server, "big2")]));
+    assert!(!err.contains(", files "), "{err}");
 }

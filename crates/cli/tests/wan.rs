@@ -200,7 +200,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
             "--transport",
             "udp",
             "--no-encrypt",
-            "-r",
+            "-rp",
             tree.to_str().unwrap(),
             &format!("{ADDR_B}:7050:/"),
         ],
@@ -222,7 +222,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
         &[
             "--transport",
             "udp",
-            "-r",
+            "-rp",
             &format!("{ADDR_B}:7050:tree"),
             back.to_str().unwrap(),
         ],

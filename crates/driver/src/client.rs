@@ -98,6 +98,8 @@ pub struct ClientConfig {
     /// Bytes per second.
     pub rate: Option<u64>,
     pub transport: Transport,
+    /// `-p`: keep modification times and exact modes (P-8).
+    pub preserve: bool,
     pub tuning: Tuning,
     pub connect_timeout: Duration,
     /// Shows the user a notice: a server key pinned for the first time, a
@@ -399,6 +401,7 @@ impl Connected {
         paths: Vec<String>,
         recursive: bool,
         many_sources: bool,
+        contents: bool,
         streams: u16,
     ) -> Result<DataPlan, TransferError> {
         let protection = match self.cfg.protection {
@@ -420,6 +423,8 @@ impl Connected {
                 Transport::Udp => TRANSPORT_UDP,
                 _ => TRANSPORT_TCP,
             },
+            contents,
+            preserve: self.cfg.preserve,
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
@@ -558,13 +563,15 @@ impl Connected {
         }
     }
 
-    /// Sends local sources to `dest` on the server.
+    /// Sends local sources to `dest` on the server. `contents`: a source
+    /// named a directory's contents (`dir/`, P-8).
     pub fn push(
         mut self,
         walked: Walked,
         dest: &str,
         recursive: bool,
         many_sources: bool,
+        contents: bool,
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
         // No more streams than blocks: a small transfer needs few.
@@ -593,6 +600,7 @@ impl Connected {
             vec![dest.to_string()],
             recursive,
             many_sources,
+            contents,
             streams,
         )?;
         let sources = Sources::new(walked.paths);
@@ -626,7 +634,9 @@ impl Connected {
         sink: &Sink,
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
-        let (path, streams) = match self.request(Op::Pull, sources, recursive, false, streams)? {
+        let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
+        let plan = self.request(Op::Pull, sources, recursive, false, contents, streams)?;
+        let (path, streams) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;
                 (

@@ -293,7 +293,19 @@ impl Server {
         }
         let side = match req.op {
             Op::Pull => {
-                let paths: Result<Vec<_>, _> = req.paths.iter().map(|p| self.resolve(p)).collect();
+                // A path naming a directory's contents keeps its final '/'
+                // through resolving, for the walk (P-8).
+                let paths: Result<Vec<_>, _> = req
+                    .paths
+                    .iter()
+                    .map(|p| {
+                        let mut r = self.resolve(p)?;
+                        if store::names_contents(p.as_bytes()) {
+                            r.push("");
+                        }
+                        Ok(r)
+                    })
+                    .collect();
                 let walked = match paths.and_then(|p| walk(&p, req.recursive).map_err(Into::into)) {
                     Ok(w) => w,
                     Err(e) => return refuse(&mut ctrl_w, e),
@@ -314,12 +326,13 @@ impl Server {
                         &p,
                         dest.ends_with('/'),
                         req.many_sources,
+                        req.contents,
                         self.cfg.root.clone(),
                     )
                     .map_err(Into::into)
                 });
                 match dest_res {
-                    Ok(d) => Side::Receive(Sink::new(d)),
+                    Ok(d) => Side::Receive(Sink::new(d, req.preserve)),
                     Err(e) => return refuse(&mut ctrl_w, e),
                 }
             }

@@ -56,12 +56,17 @@ pub enum Placement {
 impl Placement {
     /// Decides the placement. `Err` when several sources meet a destination
     /// that is not a directory.
+    ///
+    /// `contents`: a source names a directory's contents (`dir/`, rsync's
+    /// rule), so the destination is a directory that the caller creates if
+    /// it is missing.
     pub fn decide(
         dest_is_dir: bool,
         dest_has_trailing_slash: bool,
         many_sources: bool,
+        contents: bool,
     ) -> Result<Placement, &'static str> {
-        if dest_is_dir {
+        if dest_is_dir || contents {
             Ok(Placement::Into)
         } else if many_sources {
             Err("several sources need a destination directory that exists")
@@ -110,10 +115,25 @@ mod tests {
 
     #[test]
     fn scp_placement() {
-        assert_eq!(Placement::decide(true, false, true), Ok(Placement::Into));
-        assert_eq!(Placement::decide(false, false, false), Ok(Placement::As));
-        assert!(Placement::decide(false, false, true).is_err());
-        assert!(Placement::decide(false, true, false).is_err());
+        assert_eq!(
+            Placement::decide(true, false, true, false),
+            Ok(Placement::Into)
+        );
+        assert_eq!(
+            Placement::decide(false, false, false, false),
+            Ok(Placement::As)
+        );
+        assert!(Placement::decide(false, false, true, false).is_err());
+        assert!(Placement::decide(false, true, false, false).is_err());
+        // rsync's `dir/`: always into the destination, made if missing.
+        assert_eq!(
+            Placement::decide(false, false, false, true),
+            Ok(Placement::Into)
+        );
+        assert_eq!(
+            Placement::decide(false, true, true, true),
+            Ok(Placement::Into)
+        );
         let parts = components(b"top/a/b").unwrap();
         assert_eq!(Placement::As.relative(&parts), vec![&b"a"[..], b"b"]);
         assert_eq!(Placement::Into.relative(&parts).len(), 3);

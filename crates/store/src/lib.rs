@@ -17,4 +17,4 @@ pub use confine::Root;
 pub use error::{StoreError, StoreErrorKind};
 pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
-pub use walk::{walk, Walked};
+pub use walk::{names_contents, walk, Walked};

@@ -41,22 +41,41 @@ impl Destination {
     /// Decides the destination for `path` as the user (or the client, on a
     /// server, after confinement) named it. `root` bounds where anything may
     /// be created; a client uses the destination's own directory.
+    ///
+    /// `contents`: a source names a directory's contents (rsync's `dir/`),
+    /// so the destination is a directory, created here if missing (its
+    /// parent must exist).
     pub fn for_path(
         path: &Path,
         trailing_slash: bool,
         many_sources: bool,
+        contents: bool,
         root: Root,
     ) -> Result<Destination, StoreError> {
         if path == Path::new("/dev/null") {
             return Ok(Destination::Null);
         }
         let is_dir = path.is_dir();
-        let placement = Placement::decide(is_dir, trailing_slash, many_sources).map_err(|why| {
-            StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!("{}: {why}", path.display()),
-            )
-        })?;
+        if contents && !is_dir {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!(
+                        "{} is not a directory, and a source ending in '/' copies a directory's contents into one",
+                        path.display()
+                    ),
+                ));
+            }
+            root.check_inside(path)?;
+            fs::create_dir(path).map_err(|e| StoreError::io("create directory", path, &e))?;
+        }
+        let placement =
+            Placement::decide(is_dir, trailing_slash, many_sources, contents).map_err(|why| {
+                StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!("{}: {why}", path.display()),
+                )
+            })?;
         if placement == Placement::As {
             let parent = path
                 .parent()
@@ -91,8 +110,13 @@ struct Ordered {
 
 pub struct Sink {
     dest: Destination,
+    /// `-p`: exact modes and modification times; otherwise the sender's
+    /// permission bits less this process's umask, and arrival times.
+    preserve: bool,
+    umask: u32,
     files: Mutex<HashMap<u32, Arc<OutFile>>>,
-    dir_modes: Mutex<HashMap<Vec<u8>, u32>>,
+    /// Mode of each directory entry, and whether this sink created it.
+    dir_modes: Mutex<HashMap<Vec<u8>, (u32, bool)>>,
     stdout: Mutex<Ordered>,
 }
 
@@ -114,10 +138,26 @@ fn to_time(secs: i64, nsec: u32) -> SystemTime {
     }
 }
 
+/// This process's umask, read without changing it (a server's sessions run
+/// on threads, where setting it to read it would race).
+fn current_umask() -> u32 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
 impl Sink {
-    pub fn new(dest: Destination) -> Sink {
+    /// `preserve`: keep modes exactly and modification times (`-p`, P-8).
+    pub fn new(dest: Destination, preserve: bool) -> Sink {
         Sink {
             dest,
+            preserve,
+            umask: current_umask(),
             files: Mutex::new(HashMap::new()),
             dir_modes: Mutex::new(HashMap::new()),
             stdout: Mutex::new(Ordered {
@@ -165,15 +205,15 @@ impl Sink {
         let Some(p) = self.place(rel)? else {
             return Ok(());
         };
-        match fs::create_dir(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.is_dir() => {}
+        let created = match fs::create_dir(&p) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.is_dir() => false,
             Err(e) => return Err(StoreError::io("create directory", &p, &e)),
-        }
+        };
         self.dir_modes
             .lock()
             .expect("dir table")
-            .insert(rel.to_vec(), mode);
+            .insert(rel.to_vec(), (mode, created));
         Ok(())
     }
 
@@ -310,11 +350,13 @@ impl Sink {
         // Mode and times first, so the sync below makes them durable too.
         for (f, mode, mtime) in &files {
             f.file
-                .set_permissions(fs::Permissions::from_mode(mode & 0o1777))
+                .set_permissions(fs::Permissions::from_mode(self.mode_of(*mode)))
                 .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
-            f.file
-                .set_times(fs::FileTimes::new().set_modified(*mtime))
-                .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
+            if self.preserve {
+                f.file
+                    .set_times(fs::FileTimes::new().set_modified(*mtime))
+                    .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
+            }
         }
         if let [(f, ..)] = &files[..] {
             f.file
@@ -361,18 +403,36 @@ impl Sink {
         Ok(())
     }
 
-    /// Applies directory modes and times, deepest first.
+    /// The mode a received file or directory gets from the sender's: with
+    /// `-p` the permission and sticky bits, as they were; otherwise the
+    /// permission bits less the umask, as cp and scp do. Setuid and setgid
+    /// are dropped either way (P-8).
+    fn mode_of(&self, mode: u32) -> u32 {
+        if self.preserve {
+            mode & 0o1777
+        } else {
+            mode & 0o777 & !self.umask
+        }
+    }
+
+    /// Applies directory modes and times, deepest first: with `-p` to
+    /// every directory of the manifest; otherwise only the mode, and only
+    /// to directories this sink created.
     pub fn finish(&self, dirs: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
         let modes = self.dir_modes.lock().expect("dir table");
         for (rel, mtime, nsec) in dirs {
             let Some(p) = self.place(rel)? else { continue };
-            if let Some(mode) = modes.get(rel) {
-                fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o1777))
-                    .map_err(|e| StoreError::io("set mode of", &p, &e))?;
+            if let Some(&(mode, created)) = modes.get(rel) {
+                if self.preserve || created {
+                    fs::set_permissions(&p, fs::Permissions::from_mode(self.mode_of(mode)))
+                        .map_err(|e| StoreError::io("set mode of", &p, &e))?;
+                }
             }
-            let f = File::open(&p).map_err(|e| StoreError::io("open", &p, &e))?;
-            f.set_times(fs::FileTimes::new().set_modified(to_time(*mtime, *nsec)))
-                .map_err(|e| StoreError::io("set times of", &p, &e))?;
+            if self.preserve {
+                let f = File::open(&p).map_err(|e| StoreError::io("open", &p, &e))?;
+                f.set_times(fs::FileTimes::new().set_modified(to_time(*mtime, *nsec)))
+                    .map_err(|e| StoreError::io("set times of", &p, &e))?;
+            }
         }
         // Directories and links made along the way, and the metadata just
         // set, become durable with one sync of the destination's file system.
@@ -409,7 +469,10 @@ mod tests {
 
     fn sink_at(dir: &Path, base: &str, many: bool) -> Sink {
         let root = Root::new(dir).unwrap();
-        Sink::new(Destination::for_path(&dir.join(base), false, many, root).unwrap())
+        Sink::new(
+            Destination::for_path(&dir.join(base), false, many, false, root).unwrap(),
+            true,
+        )
     }
 
     #[test]

@@ -34,15 +34,63 @@ impl Walked {
     }
 }
 
-/// Enumerates `sources`. Directories need `recursive`.
+/// Whether a source names a directory's contents rather than the directory
+/// itself, by rsync's rule: it ends in `/` or `/.`, or is `.` (P-8).
+pub fn names_contents(source: &[u8]) -> bool {
+    source == b"." || source.ends_with(b"/") || source.ends_with(b"/.")
+}
+
+/// Enumerates `sources`. Directories need `recursive`. A directory named
+/// as its contents (`dir/`, see [`names_contents`]) contributes its
+/// children at the top of the manifest, not itself.
 pub fn walk(sources: &[PathBuf], recursive: bool) -> Result<Walked, StoreError> {
     let mut w = Walked::default();
     for src in sources {
         let meta = fs::metadata(src).map_err(|e| StoreError::io("read source", src, &e))?;
+        if meta.is_dir() && names_contents(src.as_os_str().as_bytes()) {
+            if !recursive {
+                return Err(not_recursive(src));
+            }
+            add_children(&mut w, src, None, recursive)?;
+            continue;
+        }
         let name = top_name(src)?;
         add(&mut w, src, name, &meta, recursive, true)?;
     }
     Ok(w)
+}
+
+fn not_recursive(path: &Path) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::BadRequest,
+        format!(
+            "{} is a directory (use -r to copy directories)",
+            path.display()
+        ),
+    )
+}
+
+/// Adds the children of directory `path`, sorted by name, under `rel`
+/// (or at the top).
+fn add_children(
+    w: &mut Walked,
+    path: &Path,
+    rel: Option<&[u8]>,
+    recursive: bool,
+) -> Result<(), StoreError> {
+    let mut children: Vec<_> = fs::read_dir(path)
+        .map_err(|e| StoreError::io("list directory", path, &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| StoreError::io("list directory", path, &e))?;
+    children.sort_by_key(|c| c.file_name());
+    for c in children {
+        let cp = c.path();
+        let cm = fs::symlink_metadata(&cp).map_err(|e| StoreError::io("read", &cp, &e))?;
+        let mut crel = rel.map(|r| [r, b"/"].concat()).unwrap_or_default();
+        crel.extend_from_slice(c.file_name().as_bytes());
+        add(w, &cp, crel, &cm, recursive, false)?;
+    }
+    Ok(())
 }
 
 fn top_name(src: &Path) -> Result<Vec<u8>, StoreError> {
@@ -109,13 +157,7 @@ fn add(
         w.paths.push(path.to_path_buf());
     } else if ft.is_dir() {
         if !recursive {
-            return Err(StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!(
-                    "{} is a directory (use -r to copy directories)",
-                    path.display()
-                ),
-            ));
+            return Err(not_recursive(path));
         }
         w.entries.push(Entry {
             id,
@@ -128,19 +170,7 @@ fn add(
             target: vec![],
         });
         w.paths.push(path.to_path_buf());
-        let mut children: Vec<_> = fs::read_dir(path)
-            .map_err(|e| StoreError::io("list directory", path, &e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| StoreError::io("list directory", path, &e))?;
-        children.sort_by_key(|c| c.file_name());
-        for c in children {
-            let cp = c.path();
-            let cm = fs::symlink_metadata(&cp).map_err(|e| StoreError::io("read", &cp, &e))?;
-            let mut crel = rel.clone();
-            crel.push(b'/');
-            crel.extend_from_slice(c.file_name().as_bytes());
-            add(w, &cp, crel, &cm, recursive, false)?;
-        }
+        add_children(w, path, Some(&rel), recursive)?;
     } else {
         let what = if top { "refusing to copy" } else { "skipped" };
         w.skipped.push(format!(

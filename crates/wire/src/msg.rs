@@ -40,7 +40,17 @@ pub struct Request {
     pub rate: u64,
     /// One of the `TRANSPORT_*` values (P-23).
     pub transport: u8,
+    /// A source names a directory's contents (`dir/`, rsync's rule): the
+    /// destination is a directory, created if missing (P-8).
+    pub contents: bool,
+    /// Keep modification times and exact modes (`-p`); otherwise files get
+    /// the receiver's umask and the time they arrive (P-8).
+    pub preserve: bool,
 }
+
+/// Bits of a request's `options` byte.
+const OPT_CONTENTS: u8 = 1;
+const OPT_PRESERVE: u8 = 2;
 
 /// Data travels over the TCP data connections (P-19).
 pub const TRANSPORT_TCP: u8 = 0;
@@ -190,7 +200,9 @@ impl Msg {
                 w.u32(r.block_size)
                     .u8(r.protection)
                     .u64(r.rate)
-                    .u8(r.transport);
+                    .u8(r.transport)
+                    .u8(if r.contents { OPT_CONTENTS } else { 0 }
+                        | if r.preserve { OPT_PRESERVE } else { 0 });
             }
             Msg::Accept {
                 session,
@@ -299,7 +311,16 @@ impl Msg {
                         tag: transport,
                     });
                 }
+                let options = r.u8()?;
+                if options & !(OPT_CONTENTS | OPT_PRESERVE) != 0 {
+                    return Err(DecodeError::UnknownTag {
+                        what: "request option",
+                        tag: options,
+                    });
+                }
                 Msg::Request(Request {
+                    contents: options & OPT_CONTENTS != 0,
+                    preserve: options & OPT_PRESERVE != 0,
                     op,
                     paths,
                     recursive,
@@ -459,7 +480,7 @@ mod tests {
                 any::<u16>(),
                 any::<u32>(),
                 0u8..=2,
-                (any::<u64>(), 0u8..=1)
+                (any::<u64>(), 0u8..=1, any::<bool>(), any::<bool>())
             )
                 .prop_map(
                     |(
@@ -470,9 +491,11 @@ mod tests {
                         streams,
                         block_size,
                         protection,
-                        (rate, transport),
+                        (rate, transport, contents, preserve),
                     )| {
                         Msg::Request(Request {
+                            contents,
+                            preserve,
                             op: if push { Op::Push } else { Op::Pull },
                             paths,
                             recursive,

@@ -9,9 +9,11 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 
 /// The protocol version this build speaks (P-2). Bumped on any incompatible
 /// change; within a version, what the `Request` carries (op, streams, block
-/// size, protection, rate, transport) is the only negotiation. Version 2
-/// added the UDP data channel (P-23).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// size, protection, rate, transport, options) is the only negotiation.
+/// Version 2 added the UDP data channel (P-23); version 3 the request's
+/// options byte (rsync's trailing-slash rule, `-p`, P-8) and the ssh start
+/// (P-27, P-28).
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
