@@ -35,9 +35,9 @@ ALL_PROFILES=(
   "slow|100M|15|0"
 )
 ALL_DATASETS=(random zeros text tree)
-ALL_TOOLS=(haul haul-noenc scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
+ALL_TOOLS=(haul haul-noenc haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
 QUICK_PROFILES=lan,wan,wan-loss1
-QUICK_TOOLS=haul,haul-noenc,rsync,nc,nc-zstd,iperf3-cubic,iperf3-bbr
+QUICK_TOOLS=haul,haul-noenc,haul-ssh,rsync,nc,nc-zstd,iperf3-cubic,iperf3-bbr
 
 # ---- options ----------------------------------------------------------------
 QUICK=0
@@ -449,7 +449,7 @@ start_servers() {
     HAUL_PID=$BG_PID
     wait_listen_b tcp "$HAUL_PORT" "$HAUL_PID" "haul serve" "$logf" || { stop_pid "$HAUL_PID"; HAUL_PID=""; }
   fi
-  if want_any scp rsync; then
+  if want_any scp rsync haul-ssh haul-ssh-relay; then
     logf=$TMP_DIR/sshd-$NS_B.log
     start_bg srv "$logf" "$SERVER_TTL" ip netns exec "$NS_B" /usr/sbin/sshd -f "$TMP_DIR/ssh/sshd_config" -D -e
     SSHD_PID=$BG_PID
@@ -623,6 +623,22 @@ tool_haul() { # tool_haul DATASET CAP [--no-encrypt]
   fi
 }
 
+# tool_haul_ssh DATASET CAP [--through-ssh]: no daemon; haul starts
+# `haul serve --stdio` on NAME-b through the same sshd scp and rsync use.
+tool_haul_ssh() {
+  local d=$1 cap=$2 flags=() rc=0 json=$TMP_DIR/run.json
+  shift 2
+  flags=("$@")
+  [[ ${DS_KIND[$d]} == tree ]] && flags+=(-r)
+  if ((!HAUL_OK)) || [[ -z $SSHD_PID ]]; then R_STATUS=skipped; R_NOTE="haul or sshd unavailable"; return; fi
+  client "$cap" "$json" "$HAUL" cp --json -q --ssh "${flags[@]}" -e "$SSH_E" --remote-haul "$HAUL" \
+    "${DS_PATH[$d]}" "root@$ADDR_B:$RECV/" || rc=$?
+  rc_status "$rc" "haul over ssh"
+  if [[ $R_STATUS == fail ]]; then
+    R_NOTE="haul exit $rc: $(tail -n 1 "$json.err" | tr ',\n' ';  ' | cut -c1-120)"
+  fi
+}
+
 tool_scp() {
   local d=$1 cap=$2 rc=0 flags=(-q -B)
   [[ ${DS_KIND[$d]} == tree ]] && flags+=(-r)
@@ -741,6 +757,8 @@ run_one() {
     case $tool in
       haul) tool_haul "$d" "$cap" ;;
       haul-noenc) tool_haul "$d" "$cap" --no-encrypt ;;
+      haul-ssh) tool_haul_ssh "$d" "$cap" ;;
+      haul-ssh-relay) tool_haul_ssh "$d" "$cap" --through-ssh ;;
       scp) tool_scp "$d" "$cap" ;;
       rsync) tool_rsync "$d" "$cap" ;;
       nc) tool_nc "$d" "$cap" "" "" ;;

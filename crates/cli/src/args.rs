@@ -144,7 +144,8 @@ pub struct CpArgs {
     pub remote_haul: String,
     /// Carry the data through the ssh channel even if the hosts can
     /// connect directly (slower; for firewalls that let only ssh through).
-    #[arg(long)]
+    /// Implies --ssh.
+    #[arg(long, conflicts_with = "daemon")]
     pub through_ssh: bool,
     /// Client key (default: $HAUL_HOME/id_x25519, created on first use).
     #[arg(long, short = 'i', value_name = "FILE")]

@@ -173,7 +173,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     }
     let peer = plan.peer().clone();
     let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
-    let ssh = use_ssh(&a, &peer, &known_hosts);
+    let ssh = use_ssh(&a, &peer, &known_hosts)?;
     // Over ssh, keys are one-time ones: the user's own is not needed.
     let identity = if ssh {
         Keypair::generate()
@@ -273,15 +273,22 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
 /// Whether to start the remote side over ssh rather than connect to a
 /// daemon: `--ssh`, or a host named without a port whose daemon key the
 /// user has not pinned (and no `--daemon`).
-fn use_ssh(a: &CpArgs, peer: &Peer, known_hosts: &Path) -> bool {
-    if a.ssh {
-        return true;
+fn use_ssh(a: &CpArgs, peer: &Peer, known_hosts: &Path) -> Result<bool, TransferError> {
+    let forced = a.ssh || a.through_ssh;
+    if forced && peer.port.is_some() {
+        return Err(usage(format!(
+            "{}: a port in the location names a `haul serve` daemon; to reach ssh on another port, use -e \"ssh -p PORT\"",
+            peer.host
+        )));
+    }
+    if forced {
+        return Ok(true);
     }
     if a.daemon || peer.port.is_some() {
-        return false;
+        return Ok(false);
     }
     let label = format!("{}:{DEFAULT_PORT}", peer.host);
-    !secure::KnownHosts::load(known_hosts).is_ok_and(|k| k.knows(&label))
+    Ok(!secure::KnownHosts::load(known_hosts).is_ok_and(|k| k.knows(&label)))
 }
 
 /// Ends the ssh link once the transfer is over, and notes the route taken.
@@ -348,5 +355,38 @@ mod tests {
         assert!(p(&["a", "b"]).is_err());
         assert!(p(&["h:a", "g:b", "."]).is_err());
         assert!(p(&["h:a", "g:b"]).is_err());
+    }
+
+    #[test]
+    fn ssh_or_daemon() {
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let known = dir.path().join("known_hosts");
+        let key = secure::Keypair::generate().public;
+        std::fs::write(&known, format!("pinned:7050 {key}\n")).unwrap();
+        let decide = |extra: &[&str], host: &str, port: Option<u16>| {
+            let mut argv = vec!["haul", "cp"];
+            argv.extend_from_slice(extra);
+            argv.extend_from_slice(&["a", "h:b"]);
+            let crate::args::Command::Cp(a) = crate::args::Cli::parse_from(argv).command else {
+                unreachable!()
+            };
+            let peer = Peer {
+                user: None,
+                host: host.into(),
+                port,
+            };
+            use_ssh(&a, &peer, &known)
+        };
+        // A host with no pinned daemon key goes through ssh; a pinned one,
+        // an explicit port or --daemon reach the daemon.
+        assert!(decide(&[], "fresh", None).unwrap());
+        assert!(!decide(&[], "pinned", None).unwrap());
+        assert!(!decide(&[], "fresh", Some(7050)).unwrap());
+        assert!(!decide(&["--daemon"], "fresh", None).unwrap());
+        // --ssh and --through-ssh force ssh, and refuse a daemon's port.
+        assert!(decide(&["--ssh"], "pinned", None).unwrap());
+        assert!(decide(&["--through-ssh"], "pinned", None).unwrap());
+        assert!(decide(&["--ssh"], "fresh", Some(7050)).is_err());
     }
 }

@@ -147,11 +147,13 @@ fn remote_paths_are_the_logins_own_and_ssh_config_applies() {
     fs::write(
         &config,
         format!(
-            "Host dtn-alias\n  HostName 127.0.0.1\n  Port {}\n  User root\n  IdentityFile {}\n  \
+            "Host dtn-alias\n  HostName 127.0.0.1\n  Port {port}\n\
+             Host via-jump\n  HostName 127.0.0.1\n  Port {port}\n  ProxyJump dtn-alias\n\
+             Host *\n  User root\n  IdentityFile {}\n  \
              IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n  BatchMode yes\n",
-            sshd.port,
             sshd.user_key.display(),
-            sshd.known_hosts.display()
+            sshd.known_hosts.display(),
+            port = sshd.port,
         ),
     )
     .unwrap();
@@ -184,6 +186,23 @@ fn remote_paths_are_the_logins_own_and_ssh_config_applies() {
     ok(&out);
     assert_eq!(
         fs::read(env.local.join("g.bin")).unwrap(),
+        fs::read(env.local.join("f.bin")).unwrap()
+    );
+    // Through a jump host (ProxyJump in the config): ssh reaches the
+    // remote side through it, and the data still goes direct.
+    let out = env.cp(&[
+        "-e",
+        &rsh,
+        "--remote-haul",
+        &remote_haul,
+        "--json",
+        "via-jump:relative.bin",
+        env.local.join("h.bin").to_str().unwrap(),
+    ]);
+    ok(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"route\":\"ssh\""));
+    assert_eq!(
+        fs::read(env.local.join("h.bin")).unwrap(),
         fs::read(env.local.join("f.bin")).unwrap()
     );
 }

@@ -448,6 +448,29 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn request_options_byte() {
+        let req = Request {
+            op: Op::Push,
+            paths: vec!["d/".into()],
+            recursive: true,
+            many_sources: false,
+            streams: 4,
+            block_size: 1 << 20,
+            protection: PROTECT_AES256GCM,
+            rate: 0,
+            transport: TRANSPORT_TCP,
+            contents: true,
+            preserve: true,
+        };
+        let mut bytes = Msg::Request(req.clone()).encode();
+        assert_eq!(*bytes.last().unwrap(), 0b11);
+        assert_eq!(Msg::decode(&bytes).unwrap(), Msg::Request(req));
+        // A bit this version does not know is refused, not ignored.
+        *bytes.last_mut().unwrap() = 0b100;
+        assert!(Msg::decode(&bytes).is_err());
+    }
+
     fn arb_kind() -> impl Strategy<Value = EntryKind> {
         prop_oneof![
             (any::<u64>(), any::<u32>(), any::<i64>(), any::<u32>()).prop_map(

@@ -147,10 +147,15 @@ pub enum RelayKind {
     /// The sending side's connection reached its end (or failed): the
     /// receiving side shuts down writing on its connection.
     Eof = 3,
+    /// The receiving side wrote `len` more bytes of the channel into its
+    /// connection: the sender may send that many more (flow control, so
+    /// that one stalled connection never blocks the others).
+    Credit = 4,
 }
 
 /// The header of one relay frame: `kind u8, channel u32, length u32`,
-/// followed by `length` payload bytes (only `Data` has any).
+/// followed by `length` payload bytes (only `Data` has any; for `Credit`
+/// the length is the number of bytes credited).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayHeader {
     pub kind: RelayKind,
@@ -173,15 +178,18 @@ impl RelayHeader {
             1 => RelayKind::Open,
             2 => RelayKind::Data,
             3 => RelayKind::Eof,
+            4 => RelayKind::Credit,
             _ => return Err(DecodeError::Invalid("unknown relay frame kind")),
         };
         let channel = r.u32()?;
         let len = r.u32()?;
         r.finish()?;
-        if kind != RelayKind::Data && len != 0 {
-            return Err(DecodeError::Invalid("only data relay frames carry bytes"));
+        if matches!(kind, RelayKind::Open | RelayKind::Eof) && len != 0 {
+            return Err(DecodeError::Invalid(
+                "open and eof relay frames have no length",
+            ));
         }
-        if len as usize > MAX_RELAY_PAYLOAD {
+        if kind == RelayKind::Data && len as usize > MAX_RELAY_PAYLOAD {
             return Err(DecodeError::TooLong {
                 what: "relay frame",
                 len: len as usize,
@@ -249,6 +257,12 @@ mod tests {
             ..h
         };
         assert!(RelayHeader::decode(&big.encode()).is_err());
+        let credit = RelayHeader {
+            kind: RelayKind::Credit,
+            channel: 9,
+            len: 8 << 20,
+        };
+        assert_eq!(RelayHeader::decode(&credit.encode()).unwrap(), credit);
     }
 
     proptest! {

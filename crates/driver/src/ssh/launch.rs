@@ -139,7 +139,18 @@ impl SshLink {
                 return Err(e);
             }
         };
-        if theirs.protocol != PROTOCOL_VERSION || theirs.port.is_none() {
+        if theirs.protocol == PROTOCOL_VERSION && theirs.port.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(TransferError::new(
+                ErrorCode::Protocol,
+                format!(
+                    "the remote haul ({:?} on {}) greeted without a port to connect to; is it a client rather than `haul serve --stdio`?",
+                    spec.remote_haul, spec.host
+                ),
+            ));
+        }
+        if theirs.protocol != PROTOCOL_VERSION {
             let _ = child.kill();
             let _ = child.wait();
             return Err(TransferError::new(

@@ -15,7 +15,6 @@ pub mod remote;
 use std::time::{Duration, Instant};
 
 use secure::Keypair;
-use wire::ErrorCode;
 
 pub use launch::{SshLink, SshSpec};
 pub use remote::{serve_stdio, StdioOptions};
@@ -31,6 +30,37 @@ pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
 /// silence, never with a refusal.
 pub const DIRECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Tries the direct addresses in turn within [`DIRECT_TIMEOUT`] in all;
+/// `Err` says what each did.
+fn dial_direct(
+    candidates: &[std::net::SocketAddr],
+    cfg: &ClientConfig,
+) -> Result<(std::net::SocketAddr, std::net::TcpStream), String> {
+    if candidates.is_empty() {
+        return Err("the remote side named no address this host can resolve".into());
+    }
+    let deadline = Instant::now() + DIRECT_TIMEOUT.min(cfg.connect_timeout);
+    let mut reasons = Vec::new();
+    for addr in candidates {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            reasons.push(format!("{addr}: not tried, time is up"));
+            continue;
+        }
+        match crate::net::connect(addr, &cfg.tuning, left) {
+            Ok(s) => return Ok((*addr, s)),
+            Err(e) => reasons.push(match e.kind() {
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                    format!("{addr}: no answer within {:.0} s", left.as_secs_f64())
+                }
+                std::io::ErrorKind::ConnectionRefused => format!("{addr}: refused"),
+                _ => format!("{addr}: {e}"),
+            }),
+        }
+    }
+    Err(reasons.join("; "))
+}
+
 /// Starts the remote side over ssh and connects to it: directly if the
 /// hosts can reach each other (unless `through_ssh`), else through the ssh
 /// channel, on one stream. `cfg`'s identity, trust and addresses are
@@ -43,29 +73,33 @@ pub fn connect(
     let started = Instant::now();
     let identity = Keypair::generate();
     let mut link = SshLink::start(spec, &identity.public)?;
+    tracing::info!(
+        "remote haul {} answered over ssh in {:.2}s; its port {}",
+        link.remote_release,
+        started.elapsed().as_secs_f64(),
+        link.port
+    );
     cfg.identity = identity;
     cfg.trust = ServerTrust::Key(link.server_key);
     cfg.port = link.port;
-    if !through_ssh && !link.direct.is_empty() {
-        cfg.dial = link.direct.clone();
-        let timeout = cfg.connect_timeout;
-        cfg.connect_timeout = timeout.min(DIRECT_TIMEOUT);
-        match Connected::dial_first(&cfg) {
+    if !through_ssh {
+        match dial_direct(&link.direct, &cfg) {
             Ok((addr, stream)) => {
-                cfg.connect_timeout = timeout;
+                tracing::info!(
+                    "connected directly to {addr} at {:.2}s",
+                    started.elapsed().as_secs_f64()
+                );
                 return Ok((Connected::establish(cfg, addr, stream, started)?, link));
             }
-            Err(e) if e.code == ErrorCode::Connect => {
+            Err(why) => {
                 if let Some(f) = &cfg.notice {
                     f(&format!(
-                        "no direct connection to {} ({}); carrying the data through the ssh channel instead (one stream, at ssh's speed: open the port range or run `haul serve` there for full speed)",
-                        spec.host, e.message
+                        "no direct connection to {} ({why}); carrying the data through the ssh channel instead (one stream, at ssh's speed: open the port range or run `haul serve` there for full speed)",
+                        spec.host
                     ));
                 }
             }
-            Err(e) => return Err(e),
         }
-        cfg.connect_timeout = timeout;
     }
     cfg.dial = vec![link.relay()?];
     cfg.streams = Some(1);

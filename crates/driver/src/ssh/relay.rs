@@ -5,22 +5,76 @@
 //! and the remote side connects each channel to its own listener, so the
 //! engine, handshake and sealing run unchanged over the relay.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
-use wire::stdio::{RelayHeader, RelayKind, MAX_RELAY_PAYLOAD, RELAY_HEADER_LEN};
+use wire::stdio::{RelayHeader, RelayKind, RELAY_HEADER_LEN};
 
 /// Bytes read from a local connection per relay frame.
 const CHUNK: usize = 64 << 10;
+/// Bytes of a channel that may be on their way or queued at the other
+/// side before it grants more (P-28): enough for ssh's own window at long
+/// round trips, small enough that a stalled connection holds little.
+pub const CHANNEL_WINDOW: u64 = 16 << 20;
+/// How often waiting threads look again at whether the relay closed.
+const POLL: Duration = Duration::from_millis(200);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What arrived for a channel and is not yet written into its connection.
+#[derive(Default)]
+struct Inbox {
+    queue: VecDeque<Vec<u8>>,
+    eof: bool,
+}
+
+/// One relayed connection.
+struct Channel {
+    /// Bytes this side may still send (granted by the other side).
+    credit: Mutex<u64>,
+    credit_cv: Condvar,
+    inbox: Mutex<Inbox>,
+    inbox_cv: Condvar,
+    closed: AtomicBool,
+}
+
+impl Channel {
+    fn new() -> Arc<Channel> {
+        Arc::new(Channel {
+            credit: Mutex::new(CHANNEL_WINDOW),
+            credit_cv: Condvar::new(),
+            inbox: Mutex::new(Inbox::default()),
+            inbox_cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.credit_cv.notify_all();
+        self.inbox_cv.notify_all();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
 
 /// One side's end of the relay: the pipe it writes frames to and the local
-/// connections of its channels.
+/// connections of its channels. Frames from the pipe are only queued, never
+/// written to a connection by the pipe's reader, and each channel may have
+/// at most [`CHANNEL_WINDOW`] bytes queued: a connection whose reader
+/// stalls (a receiver waiting for a manifest entry on another channel)
+/// holds up nothing else.
 pub struct Mux {
     out: Mutex<Option<Box<dyn Write + Send>>>,
-    chans: Mutex<HashMap<u32, TcpStream>>,
+    chans: Mutex<HashMap<u32, Arc<Channel>>>,
 }
 
 impl Mux {
@@ -31,13 +85,9 @@ impl Mux {
         })
     }
 
-    fn send(&self, kind: RelayKind, channel: u32, payload: &[u8]) -> io::Result<()> {
-        let head = RelayHeader {
-            kind,
-            channel,
-            len: payload.len() as u32,
-        };
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+    fn send(&self, kind: RelayKind, channel: u32, len: u32, payload: &[u8]) -> io::Result<()> {
+        let head = RelayHeader { kind, channel, len };
+        let mut out = lock(&self.out);
         let w = out
             .as_mut()
             .ok_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "relay closed"))?;
@@ -46,64 +96,129 @@ impl Mux {
         w.flush()
     }
 
-    /// Closes the pipe: the other side reads its end.
+    /// Closes the pipe (the other side reads its end) and every channel.
     pub fn close(&self) {
-        self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
-        for (_, s) in self.chans.lock().unwrap_or_else(|p| p.into_inner()).drain() {
-            let _ = s.shutdown(Shutdown::Both);
+        lock(&self.out).take();
+        for (_, c) in lock(&self.chans).drain() {
+            c.close();
         }
     }
 
+    /// Registers `channel`, so that frames for it are queued from now on.
+    fn register(&self, channel: u32) -> Arc<Channel> {
+        let chan = Channel::new();
+        lock(&self.chans).insert(channel, chan.clone());
+        chan
+    }
+
     /// Adds a local connection as `channel`: its bytes go out as frames
-    /// (on a thread of its own) and frames for it are written into it.
+    /// (as far as the other side grants), and frames for it are written
+    /// into it, each on a thread of its own.
     fn attach(self: &Arc<Self>, channel: u32, stream: TcpStream) -> io::Result<()> {
+        let chan = self
+            .channel(channel)
+            .unwrap_or_else(|| self.register(channel));
         let reader = stream.try_clone()?;
-        self.chans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(channel, stream);
+        let (mux, c) = (self.clone(), chan.clone());
+        std::thread::Builder::new()
+            .name(format!("relay-out-{channel}"))
+            .spawn(move || mux.forward(channel, &c, reader))?;
         let mux = self.clone();
         std::thread::Builder::new()
-            .name(format!("relay-{channel}"))
-            .spawn(move || mux.forward(channel, reader))?;
+            .name(format!("relay-in-{channel}"))
+            .spawn(move || mux.deliver(channel, &chan, stream))?;
         Ok(())
     }
 
-    /// Local connection → pipe, until the connection ends.
-    fn forward(&self, channel: u32, mut from: TcpStream) {
+    /// Local connection → pipe, within the credit granted, until the
+    /// connection ends.
+    fn forward(&self, channel: u32, chan: &Channel, mut from: TcpStream) {
         let mut buf = vec![0u8; CHUNK];
         loop {
-            match from.read(&mut buf) {
+            let allowed = {
+                let mut credit = lock(&chan.credit);
+                while *credit == 0 && !chan.is_closed() {
+                    credit = chan
+                        .credit_cv
+                        .wait_timeout(credit, POLL)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                if chan.is_closed() {
+                    let _ = from.shutdown(Shutdown::Both);
+                    return;
+                }
+                (*credit).min(CHUNK as u64) as usize
+            };
+            match from.read(&mut buf[..allowed]) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if self.send(RelayKind::Data, channel, &buf[..n]).is_err() {
+                    *lock(&chan.credit) -= n as u64;
+                    if self
+                        .send(RelayKind::Data, channel, n as u32, &buf[..n])
+                        .is_err()
+                    {
                         let _ = from.shutdown(Shutdown::Both);
                         return;
                     }
                 }
             }
         }
-        let _ = self.send(RelayKind::Eof, channel, &[]);
+        let _ = self.send(RelayKind::Eof, channel, 0, &[]);
     }
 
-    fn channel(&self, channel: u32) -> Option<TcpStream> {
-        self.chans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&channel)
-            .and_then(|s| s.try_clone().ok())
+    /// Queued frames → local connection; each write grants the other side
+    /// as many bytes again.
+    fn deliver(&self, channel: u32, chan: &Channel, mut to: TcpStream) {
+        loop {
+            let next = {
+                let mut inbox = lock(&chan.inbox);
+                loop {
+                    if let Some(b) = inbox.queue.pop_front() {
+                        break Some(b);
+                    }
+                    if inbox.eof || chan.is_closed() {
+                        break None;
+                    }
+                    inbox = chan
+                        .inbox_cv
+                        .wait_timeout(inbox, POLL)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            };
+            let Some(bytes) = next else {
+                let _ = to.shutdown(Shutdown::Write);
+                return;
+            };
+            if to.write_all(&bytes).is_err() {
+                // The connection is gone; the rest of the channel is
+                // dropped, and still credited so the sender is not held.
+                let _ = to.shutdown(Shutdown::Both);
+            }
+            if self
+                .send(RelayKind::Credit, channel, bytes.len() as u32, &[])
+                .is_err()
+            {
+                return;
+            }
+        }
     }
 
-    /// Pipe → local connections, until the pipe ends (`Ok`) or carries
-    /// something that is not a relay frame (`Err`). `open` makes the local
-    /// connection for a channel the other side opened.
+    fn channel(&self, channel: u32) -> Option<Arc<Channel>> {
+        lock(&self.chans).get(&channel).cloned()
+    }
+
+    /// Pipe → channels, until the pipe ends (`Ok`) or carries something
+    /// that is not a relay frame (`Err`). `open` makes the local
+    /// connection for a channel the other side opened. Never blocks on a
+    /// local connection.
     pub fn pump(
         self: &Arc<Self>,
         mut input: impl Read,
         open: impl Fn(u32) -> io::Result<TcpStream>,
     ) -> io::Result<()> {
         let mut head = [0u8; RELAY_HEADER_LEN];
-        let mut payload = vec![0u8; MAX_RELAY_PAYLOAD];
         loop {
             if !read_full_or_end(&mut input, &mut head)? {
                 return Ok(());
@@ -115,21 +230,36 @@ impl Mux {
                     Ok(()) => {}
                     Err(e) => {
                         tracing::warn!("relay channel {}: cannot connect: {e}", h.channel);
-                        self.send(RelayKind::Eof, h.channel, &[])?;
+                        self.send(RelayKind::Eof, h.channel, 0, &[])?;
                     }
                 },
                 RelayKind::Data => {
-                    let body = &mut payload[..h.len as usize];
-                    input.read_exact(body)?;
-                    if let Some(mut s) = self.channel(h.channel) {
-                        if s.write_all(body).is_err() {
-                            let _ = s.shutdown(Shutdown::Both);
+                    let mut body = vec![0u8; h.len as usize];
+                    input.read_exact(&mut body)?;
+                    if let Some(c) = self.channel(h.channel) {
+                        let mut inbox = lock(&c.inbox);
+                        let queued: usize = inbox.queue.iter().map(Vec::len).sum();
+                        if (queued + body.len()) as u64 > CHANNEL_WINDOW {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("relay channel {} sent beyond its window", h.channel),
+                            ));
                         }
+                        inbox.queue.push_back(body);
+                        c.inbox_cv.notify_all();
                     }
                 }
                 RelayKind::Eof => {
-                    if let Some(s) = self.channel(h.channel) {
-                        let _ = s.shutdown(Shutdown::Write);
+                    if let Some(c) = self.channel(h.channel) {
+                        lock(&c.inbox).eof = true;
+                        c.inbox_cv.notify_all();
+                    }
+                }
+                RelayKind::Credit => {
+                    if let Some(c) = self.channel(h.channel) {
+                        let mut credit = lock(&c.credit);
+                        *credit = credit.saturating_add(h.len as u64).min(CHANNEL_WINDOW);
+                        c.credit_cv.notify_all();
                     }
                 }
             }
@@ -212,7 +342,10 @@ fn accept(listener: TcpListener, mux: Arc<Mux>, stop: Arc<AtomicBool>) {
         let Ok(stream) = conn else { continue };
         let _ = stream.set_nodelay(true);
         let ch = next.fetch_add(1, Ordering::Relaxed);
-        if mux.send(RelayKind::Open, ch, &[]).is_err() || mux.attach(ch, stream).is_err() {
+        // Registered before the other side hears of it, started after: no
+        // frame of the channel can come before its Open, or find it missing.
+        mux.register(ch);
+        if mux.send(RelayKind::Open, ch, 0, &[]).is_err() || mux.attach(ch, stream).is_err() {
             return;
         }
     }
@@ -252,6 +385,55 @@ mod tests {
         s.write_all(b"done").unwrap();
         s.shutdown(Shutdown::Write).unwrap();
         assert_eq!(writer.join().unwrap(), b"done");
+        relay.close();
+    }
+
+    /// A connection whose reader stalls holds up no other: a receiver
+    /// waiting for a manifest entry must still get the control connection.
+    #[test]
+    fn a_stalled_connection_does_not_block_the_others() {
+        let (c_out, s_in) = UnixStream::pair().unwrap();
+        let (s_out, c_in) = UnixStream::pair().unwrap();
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = server.local_addr().unwrap();
+        let remote = Mux::new(Box::new(s_out));
+        std::thread::spawn(move || remote.pump(s_in, |_| TcpStream::connect(target)));
+        let relay = ClientRelay::start(Box::new(c_out), Box::new(c_in)).unwrap();
+
+        let mut stalled = TcpStream::connect(relay.addr()).unwrap();
+        let (mut stalled_far, _) = server.accept().unwrap();
+        let mut control = TcpStream::connect(relay.addr()).unwrap();
+        let (mut control_far, _) = server.accept().unwrap();
+        // Far more than a window and every socket buffer on the way.
+        let total = 4 * CHANNEL_WINDOW as usize;
+        let flood = std::thread::spawn(move || {
+            let chunk = vec![7u8; 1 << 20];
+            let mut sent = 0;
+            while sent < total {
+                stalled.write_all(&chunk).unwrap();
+                sent += chunk.len();
+            }
+            stalled.shutdown(Shutdown::Write).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        control.write_all(b"entry").unwrap();
+        control_far
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = [0u8; 5];
+        control_far.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"entry");
+        // Now the stalled reader catches up, and everything arrives.
+        let mut n = 0usize;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match stalled_far.read(&mut buf).unwrap() {
+                0 => break,
+                k => n += k,
+            }
+        }
+        assert_eq!(n, total);
+        flood.join().unwrap();
         relay.close();
     }
 }
