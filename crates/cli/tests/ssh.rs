@@ -161,50 +161,33 @@ fn remote_paths_are_the_logins_own_and_ssh_config_applies() {
     // (like rsync's --rsync-path), so it can change the login directory.
     let remote_haul = format!("cd {} && {HAUL}", env.root.display());
     let rsh = format!("ssh -F {}", config.display());
-    let out = env.cp(&[
-        "-e",
-        &rsh,
-        "--remote-haul",
-        &remote_haul,
+    let via_config = |args: &[&str]| {
+        let mut all = vec!["-e", rsh.as_str(), "--remote-haul", remote_haul.as_str()];
+        all.extend_from_slice(args);
+        env.cp(&all)
+    };
+    let original = fs::read(env.local.join("f.bin")).unwrap();
+    ok(&via_config(&[
         env.local.join("f.bin").to_str().unwrap(),
         "dtn-alias:relative.bin",
-    ]);
-    ok(&out);
-    assert_eq!(
-        fs::read(env.root.join("relative.bin")).unwrap(),
-        fs::read(env.local.join("f.bin")).unwrap()
-    );
+    ]));
+    assert_eq!(fs::read(env.root.join("relative.bin")).unwrap(), original);
     // And pulled back, relative to the login directory too.
-    let out = env.cp(&[
-        "-e",
-        &rsh,
-        "--remote-haul",
-        &remote_haul,
+    ok(&via_config(&[
         "root@dtn-alias:relative.bin",
         env.local.join("g.bin").to_str().unwrap(),
-    ]);
-    ok(&out);
-    assert_eq!(
-        fs::read(env.local.join("g.bin")).unwrap(),
-        fs::read(env.local.join("f.bin")).unwrap()
-    );
+    ]));
+    assert_eq!(fs::read(env.local.join("g.bin")).unwrap(), original);
     // Through a jump host (ProxyJump in the config): ssh reaches the
     // remote side through it, and the data still goes direct.
-    let out = env.cp(&[
-        "-e",
-        &rsh,
-        "--remote-haul",
-        &remote_haul,
+    let out = via_config(&[
         "--json",
         "via-jump:relative.bin",
         env.local.join("h.bin").to_str().unwrap(),
     ]);
     ok(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"route\":\"ssh\""));
-    assert_eq!(
-        fs::read(env.local.join("h.bin")).unwrap(),
-        fs::read(env.local.join("f.bin")).unwrap()
-    );
+    assert_eq!(fs::read(env.local.join("h.bin")).unwrap(), original);
 }
 
 #[test]

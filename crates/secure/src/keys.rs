@@ -47,19 +47,19 @@ impl PublicKey {
         } else {
             first
         };
-        decode_hex32(hex).map(PublicKey)
+        wire::hex::decode32(hex).map(PublicKey)
     }
 
     /// Short fingerprint shown to people: BLAKE3 of the key, first 16 bytes.
     pub fn fingerprint(&self) -> String {
         let h = blake3::hash(&self.0);
-        format!("b3:{}", encode_hex(&h.as_bytes()[..16]))
+        format!("b3:{}", wire::hex::encode(&h.as_bytes()[..16]))
     }
 }
 
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PUBLIC_TAG} {}", encode_hex(&self.0))
+        write!(f, "{PUBLIC_TAG} {}", wire::hex::encode(&self.0))
     }
 }
 
@@ -127,7 +127,7 @@ impl Keypair {
             .mode(0o600)
             .open(path)
             .map_err(werr)?;
-        writeln!(f, "{SECRET_TAG} {}", encode_hex(&self.secret)).map_err(werr)?;
+        writeln!(f, "{SECRET_TAG} {}", wire::hex::encode(&self.secret)).map_err(werr)?;
         let pub_path = Self::public_path(path);
         fs::write(&pub_path, format!("{} {comment}\n", self.public)).map_err(|source| {
             KeyError::Write {
@@ -163,7 +163,7 @@ impl Keypair {
         }
         let secret = words
             .next()
-            .and_then(decode_hex32)
+            .and_then(wire::hex::decode32)
             .ok_or_else(|| malformed("bad key digits"))?;
         let public = x25519_public(&secret);
         Ok(Keypair {
@@ -184,21 +184,6 @@ impl Keypair {
 /// The X25519 public key of a secret scalar.
 fn x25519_public(secret: &[u8; 32]) -> [u8; 32] {
     x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(*secret)).to_bytes()
-}
-
-pub(crate) fn encode_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn decode_hex32(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

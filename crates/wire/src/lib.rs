@@ -9,6 +9,7 @@
 mod block;
 mod buf;
 pub mod datagram;
+pub mod hex;
 mod msg;
 mod preamble;
 pub mod stdio;

@@ -35,21 +35,6 @@ pub struct Greeting {
     pub addr: Option<String>,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex32(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 || !s.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
 fn word_ok(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic())
 }
@@ -65,7 +50,7 @@ impl Greeting {
         let mut s = format!(
             "{GREETING_MAGIC} {} {release} key={}",
             self.protocol,
-            hex(&self.key)
+            crate::hex::encode(&self.key)
         );
         if let Some(p) = self.port {
             s.push_str(&format!(" port={p}"));
@@ -110,7 +95,7 @@ impl Greeting {
             match w.split_once('=') {
                 Some(("key", v)) => {
                     key = Some(
-                        unhex32(v)
+                        crate::hex::decode32(v)
                             .ok_or(DecodeError::Invalid("greeting key is not 64 hex digits"))?,
                     )
                 }

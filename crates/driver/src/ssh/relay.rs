@@ -356,10 +356,9 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
-    /// Two muxes joined by socket pairs carry a connection both ways,
-    /// including its end.
-    #[test]
-    fn relays_a_connection_both_ways() {
+    /// A client relay and a remote mux joined by socket pairs, the remote
+    /// side connecting its channels to the returned listener.
+    fn joined() -> (ClientRelay, TcpListener) {
         let (c_out, s_in) = UnixStream::pair().unwrap();
         let (s_out, c_in) = UnixStream::pair().unwrap();
         let server = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -367,6 +366,14 @@ mod tests {
         let remote = Mux::new(Box::new(s_out));
         std::thread::spawn(move || remote.pump(s_in, |_| TcpStream::connect(target)));
         let relay = ClientRelay::start(Box::new(c_out), Box::new(c_in)).unwrap();
+        (relay, server)
+    }
+
+    /// Two muxes joined by socket pairs carry a connection both ways,
+    /// including its end.
+    #[test]
+    fn relays_a_connection_both_ways() {
+        let (relay, server) = joined();
 
         let mut c = TcpStream::connect(relay.addr()).unwrap();
         let (mut s, _) = server.accept().unwrap();
@@ -392,13 +399,7 @@ mod tests {
     /// waiting for a manifest entry must still get the control connection.
     #[test]
     fn a_stalled_connection_does_not_block_the_others() {
-        let (c_out, s_in) = UnixStream::pair().unwrap();
-        let (s_out, c_in) = UnixStream::pair().unwrap();
-        let server = TcpListener::bind("127.0.0.1:0").unwrap();
-        let target = server.local_addr().unwrap();
-        let remote = Mux::new(Box::new(s_out));
-        std::thread::spawn(move || remote.pump(s_in, |_| TcpStream::connect(target)));
-        let relay = ClientRelay::start(Box::new(c_out), Box::new(c_in)).unwrap();
+        let (relay, server) = joined();
 
         let mut stalled = TcpStream::connect(relay.addr()).unwrap();
         let (mut stalled_far, _) = server.accept().unwrap();
