@@ -1,0 +1,21 @@
+//! Per-block stages between reading a block and sealing it (issue 6).
+//!
+//! - [`zero`]: all-zero blocks, which are not sent at all.
+//! - [`compress`]: the codecs (lz4, zstd) and their round trip.
+//! - [`estimate`]: a cheap guess of how well a block compresses.
+//! - [`policy`]: the `--compress auto` policy, which decides per block,
+//!   from live measurements of the link and of both ends' codec speeds,
+//!   whether compressing it raises goodput, and with what.
+//!
+//! Everything here is computation on bytes; the policy never reads a clock
+//! (callers pass in the times they measured), so it is tested with
+//! simulated link rates and CPU speeds.
+
+pub mod compress;
+pub mod estimate;
+pub mod policy;
+pub mod zero;
+
+pub use compress::{Codec, CodecError, Coder};
+pub use policy::{Auto, Choice, Mode};
+pub use zero::is_zero;

@@ -1,0 +1,589 @@
+//! `--compress auto`: per block, compress only where that raises goodput,
+//! and with the codec that raises it most (issue 6).
+//!
+//! The model is a pipeline whose slowest stage sets the pace. Sending a
+//! block of `L` bytes raw takes `L / link`. Compressing it with codec `c`
+//! takes the longest of: compressing on the sender's cores
+//! `L / (compress_c × sender_cores)`, sending `L × ratio_c / link`, and
+//! decompressing on the receiver's cores `L / (decompress_c ×
+//! receiver_cores)`. The policy picks the fastest, and compresses only if
+//! that beats raw by at least [`MARGIN`], so that a near tie never costs.
+//!
+//! What it needs, it measures: `ratio_c` is the block's sampled LZ4 ratio
+//! ([`crate::estimate`]) times a factor learned for each codec from the
+//! blocks it compressed; the codec speeds are learned from their timings
+//! (priors until then); the link rate is what the transfer achieves now.
+//! A few compressible blocks in each [`EXPLORE`] go to the codec measured
+//! least, if it is not far off the best, so every estimate stays current.
+//! Long runs of incompressible blocks are sampled less and less often
+//! (down to one in 64), so random data pays almost nothing. All-zero blocks are
+//! never sent, in every mode.
+
+use std::time::Duration;
+
+use crate::compress::Codec;
+use crate::estimate::sample_ratio;
+use crate::zero::is_zero;
+
+/// What `--compress` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Auto,
+    /// Every block (but all-zero ones) with this codec; `Codec::None`
+    /// sends every block raw.
+    Fixed(Codec),
+}
+
+impl Mode {
+    /// Parses `auto`, `none`, `lz4`, `zstd` or `zstd:LEVEL`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        if s == "auto" {
+            return Some(Mode::Auto);
+        }
+        Codec::parse(s).map(Mode::Fixed)
+    }
+}
+
+/// What to do with one block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Choice {
+    /// All zeros: send a mark, not the bytes.
+    Zero,
+    /// Send the bytes as they are.
+    Raw,
+    /// Compress with this codec.
+    Compress(Codec),
+}
+
+/// A decision and the sampled ratio it was based on (for
+/// [`Auto::record_compress`]); `None` when no sample was taken.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub choice: Choice,
+    pub estimate: Option<f64>,
+}
+
+/// Compressing must beat sending raw by this fraction.
+pub const MARGIN: f64 = 0.03;
+/// Above this sampled ratio a block counts as incompressible.
+pub const INCOMPRESSIBLE: f64 = 0.95;
+/// Incompressible blocks in a row before sampling thins out: mixed data
+/// (a tar of text and media) must not lose its compressible blocks.
+pub const STEADY_RUN: u32 = 8;
+/// One compressible block in this many may explore another codec.
+pub const EXPLORE: u64 = 32;
+/// How much worse (predicted) an explored codec may be than the best.
+const EXPLORE_SLACK: f64 = 1.3;
+/// Weight of a new measurement in the running averages.
+const ALPHA: f64 = 0.2;
+/// The link rate assumed until one is known: 1 Gbit/s, in bytes/s.
+pub const DEFAULT_LINK: f64 = 125e6;
+
+/// What the policy knows of one codec.
+#[derive(Debug, Clone)]
+struct Stats {
+    codec: Codec,
+    /// The whole block's ratio over its sampled estimate.
+    factor: f64,
+    /// Bytes of input per second on one core.
+    compress_bps: f64,
+    /// Bytes of output per second on one core.
+    decompress_bps: f64,
+    measured: u32,
+}
+
+/// Priors: speeds of one core of a current x86 server (a 2-core AMD EPYC
+/// VM measured 840/510/435 MB/s compressing log text with lz4/zstd:1/
+/// zstd:3, `cargo run --release -p codec --example speeds`; real data is
+/// slower), factors typical of text. The first measurement replaces them.
+fn priors() -> Vec<Stats> {
+    let s = |codec, factor, c, d| Stats {
+        codec,
+        factor,
+        compress_bps: c,
+        decompress_bps: d,
+        measured: 0,
+    };
+    vec![
+        s(Codec::Lz4, 0.9, 600e6, 2500e6),
+        s(Codec::Zstd(1), 0.6, 400e6, 1200e6),
+        s(Codec::Zstd(3), 0.55, 250e6, 1200e6),
+    ]
+}
+
+/// A running average; the first measurement replaces the prior.
+fn ewma(old: f64, new: f64, measured: u32) -> f64 {
+    if measured == 0 {
+        new
+    } else {
+        old + ALPHA * (new - old)
+    }
+}
+
+/// The auto policy of one transfer (one per sending side).
+#[derive(Debug, Clone)]
+pub struct Auto {
+    mode: Mode,
+    stats: Vec<Stats>,
+    link_bps: f64,
+    sender_cores: f64,
+    receiver_cores: f64,
+    incompressible_run: u32,
+    skip_left: u32,
+    compressible_seen: u64,
+    /// Samples taken so far (each costs [`crate::estimate::SAMPLES`] small
+    /// LZ4 runs).
+    pub estimates: u64,
+    scratch: Vec<u8>,
+}
+
+impl Auto {
+    /// `sender_cores` and `receiver_cores`: cores each side gives to
+    /// compression.
+    pub fn new(mode: Mode, sender_cores: usize, receiver_cores: usize) -> Auto {
+        Auto {
+            mode,
+            stats: priors(),
+            link_bps: DEFAULT_LINK,
+            sender_cores: sender_cores.max(1) as f64,
+            receiver_cores: receiver_cores.max(1) as f64,
+            incompressible_run: 0,
+            skip_left: 0,
+            compressible_seen: 0,
+            estimates: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The rate the path carries now, bytes per second (the transfer's
+    /// recent goodput, or the UDP channel's rate). Ignored if not positive.
+    pub fn set_link_rate(&mut self, bytes_per_sec: f64) {
+        if bytes_per_sec > 0.0 && bytes_per_sec.is_finite() {
+            self.link_bps = bytes_per_sec;
+        }
+    }
+
+    fn stats_mut(&mut self, codec: Codec) -> Option<&mut Stats> {
+        self.stats.iter_mut().find(|s| s.codec == codec)
+    }
+
+    /// A block of `len` bytes took `elapsed` to compress into `out_len`
+    /// bytes; its sampled estimate was `estimate`.
+    pub fn record_compress(
+        &mut self,
+        codec: Codec,
+        len: usize,
+        out_len: usize,
+        estimate: Option<f64>,
+        elapsed: Duration,
+    ) {
+        let Some(s) = self.stats.iter_mut().find(|s| s.codec == codec) else {
+            return;
+        };
+        if let Some(est) = estimate.filter(|e| *e > 0.01) {
+            let actual = out_len as f64 / len.max(1) as f64;
+            s.factor = ewma(s.factor, (actual / est).clamp(0.05, 2.0), s.measured);
+        }
+        let secs = elapsed.as_secs_f64();
+        let mut scale = None;
+        if secs > 0.0 && len > 0 {
+            let bps = len as f64 / secs;
+            if s.measured == 0 {
+                scale = Some(bps / s.compress_bps);
+            }
+            s.compress_bps = ewma(s.compress_bps, bps, s.measured);
+        }
+        s.measured += 1;
+        // A CPU slower or faster than the priors is so for every codec:
+        // scale the priors of the codecs not measured yet alike.
+        if let Some(k) = scale {
+            for o in self.stats.iter_mut().filter(|o| o.measured == 0) {
+                o.compress_bps *= k;
+            }
+        }
+    }
+
+    /// The receiver took `elapsed` to decompress `len` bytes of output
+    /// (reported back by the receiver).
+    pub fn record_decompress(&mut self, codec: Codec, len: usize, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        if let Some(s) = self.stats_mut(codec).filter(|_| secs > 0.0 && len > 0) {
+            s.decompress_bps = ewma(s.decompress_bps, len as f64 / secs, s.measured.min(1));
+        }
+    }
+
+    /// Seconds one block of `len` bytes holds the pipeline, raw.
+    pub fn raw_time(&self, len: usize) -> f64 {
+        len as f64 / self.link_bps
+    }
+
+    /// Seconds one block of `len` bytes with sampled ratio `estimate`
+    /// holds the pipeline when compressed with `codec`.
+    pub fn predicted_time(&self, codec: Codec, len: usize, estimate: f64) -> Option<f64> {
+        let s = self.stats.iter().find(|s| s.codec == codec)?;
+        let l = len as f64;
+        let ratio = (estimate * s.factor).clamp(0.0, 1.05);
+        Some(
+            (l / (s.compress_bps * self.sender_cores))
+                .max(l * ratio / self.link_bps)
+                .max(l / (s.decompress_bps * self.receiver_cores)),
+        )
+    }
+
+    /// Decides what to do with `block`.
+    pub fn decide(&mut self, block: &[u8]) -> Decision {
+        let plain = |choice| Decision {
+            choice,
+            estimate: None,
+        };
+        if is_zero(block) {
+            return plain(Choice::Zero);
+        }
+        match self.mode {
+            Mode::Fixed(Codec::None) => return plain(Choice::Raw),
+            Mode::Fixed(c) => return plain(Choice::Compress(c)),
+            Mode::Auto => {}
+        }
+        if self.skip_left > 0 {
+            self.skip_left -= 1;
+            return plain(Choice::Raw);
+        }
+        let est = sample_ratio(block, &mut self.scratch);
+        self.estimates += 1;
+        let decision = |choice| Decision {
+            choice,
+            estimate: Some(est),
+        };
+        if est > INCOMPRESSIBLE {
+            self.incompressible_run = self.incompressible_run.saturating_add(1);
+            let beyond = self.incompressible_run.saturating_sub(STEADY_RUN);
+            self.skip_left = (1u32 << beyond.min(6)) - 1;
+            return decision(Choice::Raw);
+        }
+        self.incompressible_run = 0;
+        self.compressible_seen += 1;
+        let len = block.len();
+        let raw = self.raw_time(len);
+        let mut timed: Vec<(Codec, f64, u32)> = self
+            .stats
+            .iter()
+            .filter_map(|s| Some((s.codec, self.predicted_time(s.codec, len, est)?, s.measured)))
+            .collect();
+        timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let Some(&(best, best_time, _)) = timed.first() else {
+            return decision(Choice::Raw);
+        };
+        // Codecs never measured are tried at once, the others now and
+        // then, if their prediction is near the best way (raw included):
+        // priors and old measurements must not hide a codec that now wins.
+        let near = best_time.min(raw) * EXPLORE_SLACK;
+        let candidates = timed.iter().filter(|(_, t, _)| *t <= near);
+        let unmeasured = candidates.clone().any(|(_, _, m)| *m == 0);
+        if unmeasured || self.compressible_seen.is_multiple_of(EXPLORE) {
+            if let Some(&(c, _, _)) = candidates.min_by_key(|(_, _, m)| *m) {
+                return decision(Choice::Compress(c));
+            }
+        }
+        if best_time > raw * (1.0 - MARGIN) {
+            return decision(Choice::Raw);
+        }
+        decision(Choice::Compress(best))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compress::Coder;
+
+    fn text(len: usize, seed: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 100);
+        let mut i = seed;
+        while out.len() < len {
+            i = i
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.extend_from_slice(
+                format!(
+                    "2026-11-22T12:{:02}:{:02} host{} GET /api/v1/items/{} 200 {} ms\n",
+                    (i >> 8) % 60,
+                    (i >> 16) % 60,
+                    (i >> 24) % 8,
+                    (i >> 32) % 100_000,
+                    (i >> 48) % 500
+                )
+                .as_bytes(),
+            );
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    const MIB: usize = 1 << 20;
+    const MBIT: f64 = 1e6 / 8.0;
+
+    #[test]
+    fn zero_blocks_are_never_sent_in_any_mode() {
+        for mode in [
+            Mode::Auto,
+            Mode::Fixed(Codec::None),
+            Mode::Fixed(Codec::Lz4),
+        ] {
+            let mut a = Auto::new(mode, 2, 2);
+            assert_eq!(a.decide(&vec![0u8; MIB]).choice, Choice::Zero);
+        }
+    }
+
+    #[test]
+    fn random_data_stays_raw_and_is_sampled_less_and_less() {
+        let mut a = Auto::new(Mode::Auto, 2, 2);
+        a.set_link_rate(100.0 * MBIT);
+        let block = noise(MIB, 7);
+        for _ in 0..1000 {
+            assert_eq!(a.decide(&block).choice, Choice::Raw);
+        }
+        assert!(a.estimates < 30, "{} samples for 1000 blocks", a.estimates);
+    }
+
+    #[test]
+    fn slow_links_get_zstd_and_fast_links_with_few_cores_get_raw() {
+        let block = text(MIB, 1);
+        let mut slow = Auto::new(Mode::Auto, 2, 2);
+        slow.set_link_rate(100.0 * MBIT);
+        assert!(matches!(
+            slow.decide(&block).choice,
+            Choice::Compress(Codec::Zstd(_))
+        ));
+
+        // At 10 Gbit/s two cores cannot compress fast enough: after a
+        // first try of lz4 (whose prior is near), blocks go raw.
+        let mut fast = Auto::new(Mode::Auto, 2, 2);
+        fast.set_link_rate(10_000.0 * MBIT);
+        let mut raw = 0;
+        for _ in 0..64 {
+            let d = fast.decide(&block);
+            if let Choice::Compress(c) = d.choice {
+                let z = MIB / 4;
+                fast.record_compress(
+                    c,
+                    MIB,
+                    z,
+                    d.estimate,
+                    Duration::from_secs_f64(MIB as f64 / 500e6),
+                );
+            } else {
+                raw += 1;
+            }
+        }
+        assert!(raw >= 60, "{raw} of 64 raw");
+    }
+
+    #[test]
+    fn many_cores_make_zstd_pay_even_on_fast_links() {
+        // Seed 004: parallel compression won on a 48-core box.
+        let block = text(MIB, 2);
+        let mut a = Auto::new(Mode::Auto, 48, 48);
+        a.set_link_rate(10_000.0 * MBIT);
+        assert!(matches!(
+            a.decide(&block).choice,
+            Choice::Compress(Codec::Zstd(_))
+        ));
+    }
+
+    #[test]
+    fn measured_slow_cpus_turn_compression_off() {
+        let block = text(MIB, 3);
+        let mut a = Auto::new(Mode::Auto, 2, 2);
+        a.set_link_rate(1000.0 * MBIT);
+        assert!(matches!(a.decide(&block).choice, Choice::Compress(_)));
+        // Every codec measured at 20 MB/s on a core: 2 cores cannot feed
+        // a 1 Gbit/s link.
+        for _ in 0..30 {
+            for c in [Codec::Lz4, Codec::Zstd(1), Codec::Zstd(3)] {
+                a.record_compress(
+                    c,
+                    MIB,
+                    MIB / 5,
+                    Some(0.3),
+                    Duration::from_secs_f64(MIB as f64 / 20e6),
+                );
+            }
+        }
+        assert_eq!(a.decide(&block).choice, Choice::Raw);
+    }
+
+    #[test]
+    fn fixed_modes_are_obeyed() {
+        let block = noise(MIB, 4);
+        let mut a = Auto::new(Mode::Fixed(Codec::Zstd(9)), 2, 2);
+        assert_eq!(a.decide(&block).choice, Choice::Compress(Codec::Zstd(9)));
+        let mut n = Auto::new(Mode::parse("none").unwrap(), 2, 2);
+        assert_eq!(n.decide(&text(MIB, 5)).choice, Choice::Raw);
+        assert_eq!(Mode::parse("auto"), Some(Mode::Auto));
+        assert_eq!(Mode::parse("zstd:5"), Some(Mode::Fixed(Codec::Zstd(5))));
+        assert_eq!(Mode::parse("brotli"), None);
+    }
+
+    /// The pipeline model with true costs: how long a data set takes with
+    /// a given way of choosing, on a simulated link and CPUs.
+    struct World {
+        link: f64,
+        cores: f64,
+        /// True bytes per second per core: (compress, decompress).
+        speed: fn(Codec) -> (f64, f64),
+    }
+
+    impl World {
+        fn block_time(
+            &self,
+            block: &[u8],
+            choice: Choice,
+            size: impl FnOnce(Codec) -> usize,
+        ) -> (f64, usize, f64) {
+            let l = block.len() as f64;
+            match choice {
+                Choice::Zero => (0.0, 0, 0.0),
+                Choice::Raw | Choice::Compress(Codec::None) => (l / self.link, block.len(), 0.0),
+                Choice::Compress(c) => {
+                    let z = size(c);
+                    let (cs, ds) = (self.speed)(c);
+                    let t = (l / (cs * self.cores))
+                        .max(z as f64 / self.link)
+                        .max(l / (ds * self.cores));
+                    (t, z, l / cs)
+                }
+            }
+        }
+
+        /// Total time of `blocks` (sent [`ROUNDS`] times over, a longer
+        /// transfer) under `mode`, feeding the policy the times it would
+        /// have measured.
+        fn run(&self, mode: Mode, blocks: &[Vec<u8>], sizes: &mut Sizes) -> f64 {
+            let mut a = Auto::new(mode, self.cores as usize, self.cores as usize);
+            a.set_link_rate(self.link);
+            let mut total = 0.0;
+            for (i, b) in std::iter::repeat_n(blocks, ROUNDS).flatten().enumerate() {
+                let i = i % blocks.len();
+                let d = a.decide(b);
+                let (t, out, cpu) = self.block_time(b, d.choice, |c| sizes.of(i, b, c));
+                if let Choice::Compress(c) = d.choice {
+                    a.record_compress(c, b.len(), out, d.estimate, Duration::from_secs_f64(cpu));
+                    let ds = (self.speed)(c).1;
+                    a.record_decompress(c, b.len(), Duration::from_secs_f64(b.len() as f64 / ds));
+                }
+                total += t;
+            }
+            total
+        }
+    }
+
+    /// Rounds over the 24 distinct blocks: 384 MiB, a short transfer. The
+    /// first try of each codec costs up to one block; longer transfers
+    /// amortize it further.
+    const ROUNDS: usize = 16;
+
+    /// Compressed sizes of a data set's blocks, each computed once.
+    #[derive(Default)]
+    struct Sizes {
+        known: std::collections::HashMap<(usize, Codec), usize>,
+        coder: Coder,
+    }
+
+    impl Sizes {
+        fn of(&mut self, i: usize, block: &[u8], c: Codec) -> usize {
+            if let Some(&n) = self.known.get(&(i, c)) {
+                return n;
+            }
+            let mut z = Vec::new();
+            self.coder.compress(c, block, &mut z);
+            self.known.insert((i, c), z.len());
+            z.len()
+        }
+    }
+
+    fn fast_cpu(c: Codec) -> (f64, f64) {
+        match c {
+            Codec::Lz4 => (700e6, 3000e6),
+            Codec::Zstd(1) => (400e6, 1000e6),
+            Codec::Zstd(3) => (200e6, 1000e6),
+            _ => (f64::INFINITY, f64::INFINITY),
+        }
+    }
+
+    fn slow_cpu(c: Codec) -> (f64, f64) {
+        let (a, b) = fast_cpu(c);
+        (a / 8.0, b / 8.0)
+    }
+
+    /// On every simulated cell (link rate × CPU × data), auto is at most
+    /// 3% slower than the best fixed choice of none, lz4 and zstd.
+    #[test]
+    fn auto_is_within_three_percent_of_the_best_fixed_choice() {
+        let blocks = 24;
+        let data: Vec<(&str, Vec<Vec<u8>>)> = vec![
+            ("text", (0..blocks).map(|i| text(MIB, i as u64)).collect()),
+            (
+                "random",
+                (0..blocks).map(|i| noise(MIB, i as u64 + 1)).collect(),
+            ),
+            ("zeros", (0..blocks).map(|_| vec![0u8; MIB]).collect()),
+            (
+                "mixed",
+                (0..blocks)
+                    .map(|i| match i % 3 {
+                        0 => text(MIB, i as u64),
+                        1 => noise(MIB, i as u64 + 1),
+                        _ => vec![0u8; MIB],
+                    })
+                    .collect(),
+            ),
+        ];
+        let fixed = [
+            Mode::Fixed(Codec::None),
+            Mode::Fixed(Codec::Lz4),
+            Mode::Fixed(Codec::Zstd(1)),
+            Mode::Fixed(Codec::Zstd(3)),
+        ];
+        let mut sizes: Vec<Sizes> = data.iter().map(|_| Sizes::default()).collect();
+        for link_mbit in [100.0, 1000.0, 10_000.0] {
+            for (cpu_name, speed, cores) in [
+                ("fast x2", fast_cpu as fn(Codec) -> (f64, f64), 2.0),
+                ("slow x2", slow_cpu as fn(Codec) -> (f64, f64), 2.0),
+                ("fast x48", fast_cpu as fn(Codec) -> (f64, f64), 48.0),
+            ] {
+                let w = World {
+                    link: link_mbit * MBIT,
+                    cores,
+                    speed,
+                };
+                for ((name, blocks), sizes) in data.iter().zip(sizes.iter_mut()) {
+                    let best = fixed
+                        .iter()
+                        .map(|m| w.run(*m, blocks, sizes))
+                        .fold(f64::INFINITY, f64::min);
+                    let auto = w.run(Mode::Auto, blocks, sizes);
+                    println!(
+                        "{name:7} {link_mbit:6} Mbit/s {cpu_name:9}: auto/best fixed {:.3}",
+                        auto / best.max(1e-12)
+                    );
+                    assert!(
+                        auto <= best * 1.03 + 1e-9,
+                        "{name} at {link_mbit} Mbit/s, {cpu_name}: auto {auto:.4} s, best fixed {best:.4} s"
+                    );
+                }
+            }
+        }
+    }
+}
