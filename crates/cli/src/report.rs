@@ -140,6 +140,9 @@ pub struct Json<'a> {
     /// How the server was reached: "daemon", "ssh" (started over ssh, data
     /// direct) or "ssh-relay" (data through the ssh channel).
     pub route: &'a str,
+    /// File bytes in all-zero blocks, which were announced, not sent, and
+    /// left as holes where the receiver's file system allows.
+    pub saved_zero_bytes: u64,
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
@@ -180,6 +183,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         stream_window_bytes: r.stream_window,
         transport: if r.udp.is_some() { "udp" } else { "tcp" },
         route: route_name(r.route),
+        saved_zero_bytes: r.zero_bytes,
         udp: r.udp.map(|u| UdpJson {
             datagram_bytes: u.payload,
             datagrams_sent: u.sent,
@@ -249,9 +253,14 @@ pub fn text(r: &Report) -> String {
     } else {
         0.0
     };
+    let zeros = if r.zero_bytes > 0 {
+        format!(", {} in zero blocks not sent", bytes(r.zero_bytes))
+    } else {
+        String::new()
+    };
     let head = format!(
         "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
-         wire {} ({overhead:.1}% of file bytes), ",
+         wire {} ({overhead:.1}% of file bytes{zeros}), ",
         s.files,
         if s.files == 1 { "" } else { "s" },
         bytes(s.file_bytes),

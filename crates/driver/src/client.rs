@@ -123,6 +123,8 @@ pub enum Route {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub route: Route,
+    /// File bytes in all-zero blocks, announced instead of sent (P-29).
+    pub zero_bytes: u64,
     pub duration: Duration,
     pub summary: Summary,
     pub wire_bytes: u64,
@@ -162,6 +164,7 @@ impl Tail {
         });
         Report {
             route: Route::Daemon,
+            zero_bytes: get(&p.zero_bytes),
             udp,
             duration: self.started.elapsed(),
             summary,

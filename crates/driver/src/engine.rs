@@ -356,11 +356,25 @@ pub(crate) fn read_next_block(
             return None;
         }
         let hash = block_hash(&buf[at..]);
-        if let Err(e) = sh.lock().block_read(&block, hash) {
-            sh.fail(e.into(), true);
-            return None;
+        let zero = codec::is_zero(&buf[at..]);
+        {
+            let mut st = sh.lock();
+            if let Err(e) = st.block_read(&block, hash) {
+                drop(st);
+                sh.fail(e.into(), true);
+                return None;
+            }
+            // Zeros are announced on the control connection, not sent
+            // (P-29); this stream goes on to the next block.
+            if zero {
+                st.block_zero(&block);
+            }
         }
         sh.cv.notify_all();
+        if zero {
+            Progress::add(&sh.progress.zero_bytes, block.len as u64);
+            continue;
+        }
         return Some((block, hash));
     }
     None
@@ -542,6 +556,12 @@ impl Receiving<'_, '_> {
                     if self.sh.is_done() {
                         continue;
                     }
+                    if let Msg::Zeros(list) = &msg {
+                        if !self.place_zeros(list) {
+                            return;
+                        }
+                        continue;
+                    }
                     let remote = matches!(msg, Msg::Error { .. });
                     let actions = {
                         let mut st = self.sh.lock();
@@ -608,7 +628,44 @@ impl Receiving<'_, '_> {
     /// Checks a block against its hash and writes it if it is wanted.
     /// `None`: the transfer stopped (the error, if any, is recorded).
     pub(crate) fn place(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
-        let hash = block_hash(data);
+        self.place_with(h, &block_hash(data), || {
+            self.sink.write_block(h.file, h.offset, data)
+        })
+    }
+
+    /// The blocks a `Zeros` message announced (P-29): each is placed as a
+    /// hole, with the hash of zeros.
+    fn place_zeros(&self, list: &[(u32, u32)]) -> bool {
+        for &(file, index) in list {
+            let header = self.sh.lock().zero_header(file, index);
+            let Some(h) = header else {
+                let e = TransferError::new(
+                    ErrorCode::Protocol,
+                    format!("zeros announced for block {index} of unknown file {file}"),
+                );
+                self.sh.fail(e, true);
+                return false;
+            };
+            let placed = self.place_with(&h, &h.hash, || {
+                self.sink.write_zero(h.file, h.offset, h.len)
+            });
+            if placed.is_none() {
+                return false;
+            }
+            if placed == Some(BlockVerdict::Write) {
+                Progress::add(&self.sh.progress.zero_bytes, h.len as u64);
+            }
+        }
+        true
+    }
+
+    fn place_with(
+        &self,
+        h: &BlockHeader,
+        hash: &[u8; 32],
+        write: impl FnOnce() -> Result<(), store::StoreError>,
+    ) -> Option<BlockVerdict> {
+        let hash = *hash;
         let started = Instant::now();
         let verdict = loop {
             let mut st = self.sh.lock();
@@ -647,7 +704,7 @@ impl Receiving<'_, '_> {
         if verdict != BlockVerdict::Write {
             return Some(verdict);
         }
-        if let Err(e) = self.sink.write_block(h.file, h.offset, data) {
+        if let Err(e) = write() {
             self.sh.fail(e.into(), true);
             return None;
         }

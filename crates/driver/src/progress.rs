@@ -40,6 +40,9 @@ pub struct Progress {
     /// Receive buffer granted to the UDP socket, and whether the OS capped it.
     pub udp_buffer: AtomicU64,
     pub udp_buffer_capped: AtomicU64,
+    /// File bytes in all-zero blocks, announced instead of sent (P-29):
+    /// by this sender, or received as holes by this receiver.
+    pub zero_bytes: AtomicU64,
 }
 
 impl Progress {

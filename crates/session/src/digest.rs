@@ -10,6 +10,31 @@ pub fn block_hash(data: &[u8]) -> [u8; 32] {
     *blake3::hash(data).as_bytes()
 }
 
+/// BLAKE3 of `len` zero bytes: the hash a block announced as zeros has
+/// (P-29). The last length asked is remembered per thread, since nearly
+/// every block has the transfer's block size.
+pub fn zero_hash(len: u32) -> [u8; 32] {
+    use std::cell::Cell;
+    thread_local! {
+        static LAST: Cell<Option<(u32, [u8; 32])>> = const { Cell::new(None) };
+    }
+    if let Some((l, h)) = LAST.get().filter(|(l, _)| *l == len) {
+        debug_assert_eq!(l, len);
+        return h;
+    }
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut hasher = blake3::Hasher::new();
+    let mut left = len as usize;
+    while left > 0 {
+        let n = left.min(ZEROS.len());
+        hasher.update(&ZEROS[..n]);
+        left -= n;
+    }
+    let h = *hasher.finalize().as_bytes();
+    LAST.set(Some((len, h)));
+    h
+}
+
 /// Accumulates a file's digest from its block hashes in order.
 pub struct FileDigest(blake3::Hasher);
 
@@ -35,5 +60,21 @@ impl FileDigest {
             d.push(h);
         }
         d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_hash_is_the_hash_of_zeros() {
+        for len in [0u32, 1, 65_535, 65_536, 1 << 20, (1 << 20) + 7, 1 << 20] {
+            assert_eq!(
+                zero_hash(len),
+                block_hash(&vec![0u8; len as usize]),
+                "len {len}"
+            );
+        }
     }
 }

@@ -20,7 +20,7 @@ pub mod receiver;
 pub mod schedule;
 pub mod sender;
 
-pub use digest::{block_hash, FileDigest};
+pub use digest::{block_hash, zero_hash, FileDigest};
 pub use receiver::{Action, BlockVerdict, ReceiverError, ReceiverSession};
 pub use schedule::{BlockRef, Next, Scheduler};
 pub use sender::{SenderError, SenderSession, SourceEntry};

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use thiserror::Error;
 use wire::{BlockHeader, EntryKind, ErrorCode, Msg, Summary};
 
-use crate::digest::FileDigest;
+use crate::digest::{zero_hash, FileDigest};
 use crate::paths;
 use crate::{block_count, block_len};
 
@@ -328,6 +328,22 @@ impl ReceiverSession {
     }
 
     /// The driver stored a block it was told to write.
+    /// The header a block of zeros announced by `Zeros` would have come
+    /// with (P-29); `None` if the file or block is not in the manifest.
+    pub fn zero_header(&self, file: u32, index: u32) -> Option<BlockHeader> {
+        let f = self.files.get(&file)?;
+        ((index as usize) < f.slots.len()).then(|| {
+            let len = block_len(f.size, self.block_size, index as u64);
+            BlockHeader {
+                file,
+                index,
+                offset: index as u64 * self.block_size as u64,
+                len,
+                hash: zero_hash(len),
+            }
+        })
+    }
+
     pub fn block_written(&mut self, file: u32, index: u32) -> Result<(), ReceiverError> {
         let f = self
             .files

@@ -169,6 +169,22 @@ impl SenderSession {
         Ok(())
     }
 
+    /// A stream read `block` (after [`SenderSession::block_read`]) and found
+    /// only zeros: it is announced on the control connection instead of
+    /// being sent (P-29). Announcements are batched into one `Zeros`
+    /// message while the control writer has not taken it.
+    pub fn block_zero(&mut self, block: &BlockRef) {
+        const BATCH: usize = 1024;
+        if let Some(Msg::Zeros(list)) = self.outbox.back_mut() {
+            if list.len() < BATCH {
+                list.push((block.file, block.index));
+                return;
+            }
+        }
+        self.outbox
+            .push_back(Msg::Zeros(vec![(block.file, block.index)]));
+    }
+
     /// The file a receiver's ack or nack names, if the block is within it.
     fn block_of<'a>(
         files: &'a mut HashMap<u32, SendFile>,

@@ -299,6 +299,39 @@ impl Sink {
         }
     }
 
+    /// Stores `len` zero bytes at `offset` of file `id` as a hole (P-29):
+    /// the preallocated range is punched out, so the file stays sparse
+    /// where the file system can. Where it cannot, zeros are written.
+    pub fn write_zero(&self, id: u32, offset: u64, len: u32) -> Result<(), StoreError> {
+        let f = match &self.dest {
+            Destination::Null => return Ok(()),
+            Destination::Stdout => return self.write_ordered(offset, &vec![0u8; len as usize]),
+            Destination::Path { .. } => self.files.lock().expect("file table").get(&id).cloned(),
+        };
+        let f = f.ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                format!("zeros for file {id} that is not open"),
+            )
+        })?;
+        // SAFETY: fallocate on a descriptor we own; no memory is passed.
+        let rc = unsafe {
+            libc::fallocate(
+                f.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        // No holes here: the bytes must still be zeros.
+        f.file
+            .write_all_at(&vec![0u8; len as usize], offset)
+            .map_err(|e| StoreError::io("write", &f.final_path, &e))
+    }
+
     fn write_ordered(&self, offset: u64, data: &[u8]) -> Result<(), StoreError> {
         let mut o = self.stdout.lock().expect("stdout order");
         o.pending.insert(offset, data.to_vec());

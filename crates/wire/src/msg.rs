@@ -179,6 +179,33 @@ pub enum Msg {
     UseTransport {
         udp_payload: u16,
     },
+    /// Sender: these blocks are all zeros, and are not sent (P-29). The
+    /// receiver stores each as a hole, with the hash of zeros of the
+    /// block's length.
+    Zeros(Vec<(u32, u32)>),
+}
+
+/// A list of `(file, index)` blocks: a `u32` count, then 8 bytes each.
+fn encode_blocks(w: &mut Writer, list: &[(u32, u32)]) {
+    w.u32(list.len() as u32);
+    for (f, i) in list {
+        w.u32(*f).u32(*i);
+    }
+}
+
+fn decode_blocks(r: &mut Reader) -> Result<Vec<(u32, u32)>, DecodeError> {
+    let n = r.u32()? as usize;
+    // Each entry is 8 bytes; a count the frame cannot hold is a lie.
+    if n > r.remaining() / 8 {
+        return Err(DecodeError::Truncated {
+            needed: n * 8 - r.remaining(),
+        });
+    }
+    let mut list = Vec::with_capacity(n);
+    for _ in 0..n {
+        list.push((r.u32()?, r.u32()?));
+    }
+    Ok(list)
 }
 
 impl Msg {
@@ -242,10 +269,12 @@ impl Msg {
                 w.u8(5).u32(*file).bytes(digest);
             }
             Msg::Acks(list) => {
-                w.u8(6).u32(list.len() as u32);
-                for (f, i) in list {
-                    w.u32(*f).u32(*i);
-                }
+                w.u8(6);
+                encode_blocks(&mut w, list);
+            }
+            Msg::Zeros(list) => {
+                w.u8(13);
+                encode_blocks(&mut w, list);
             }
             Msg::Nack { file, index } => {
                 w.u8(7).u32(*file).u32(*index);
@@ -376,20 +405,8 @@ impl Msg {
                 file: r.u32()?,
                 digest: r.array()?,
             },
-            6 => {
-                let n = r.u32()? as usize;
-                // Each ack is 8 bytes; a count the frame cannot hold is a lie.
-                if n > r.remaining() / 8 {
-                    return Err(DecodeError::Truncated {
-                        needed: n * 8 - r.remaining(),
-                    });
-                }
-                let mut list = Vec::with_capacity(n);
-                for _ in 0..n {
-                    list.push((r.u32()?, r.u32()?));
-                }
-                Msg::Acks(list)
-            }
+            6 => Msg::Acks(decode_blocks(&mut r)?),
+            13 => Msg::Zeros(decode_blocks(&mut r)?),
             7 => Msg::Nack {
                 file: r.u32()?,
                 index: r.u32()?,
@@ -551,6 +568,7 @@ mod tests {
             (any::<u32>(), any::<[u8; 32]>())
                 .prop_map(|(file, digest)| Msg::FileEnd { file, digest }),
             proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Acks),
+            proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Zeros),
             (any::<u32>(), any::<u32>()).prop_map(|(file, index)| Msg::Nack { file, index }),
             any::<u32>().prop_map(|file| Msg::FileDone { file }),
             (0u8..13, ".{0,40}").prop_map(|(c, message)| Msg::Error {
