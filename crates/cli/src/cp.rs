@@ -250,9 +250,18 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
         }
         Plan::Pull { sources, dest, .. } => {
             let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
-            let dest = local_destination(&dest, sources.len() > 1, contents)?;
-            let sink = Sink::new(dest, a.preserve);
-            let (conn, link) = connect(cfg)?;
+            // A `dir/` pull makes its destination directory up front; a
+            // pull that fails takes it away again if it is still empty.
+            let made = contents && !Path::new(&dest).exists();
+            let unmake = |e: TransferError| {
+                if made {
+                    let _ = std::fs::remove_dir(&dest);
+                }
+                e
+            };
+            let destination = local_destination(&dest, sources.len() > 1, contents)?;
+            let sink = Sink::new(destination, a.preserve);
+            let (conn, link) = connect(cfg).map_err(unmake)?;
             let bar = Bar::start(
                 conn.progress(),
                 if sink.is_stdout() && show == Show::OnTerminal {
@@ -263,7 +272,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             );
             let r = conn.pull(sources, a.recursive, &sink);
             bar.finish();
-            ("pull", finish(r, link)?)
+            ("pull", finish(r, link).map_err(unmake)?)
         }
     };
     let text = (!a.quiet).then(|| report::text(&report));

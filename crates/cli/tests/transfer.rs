@@ -319,6 +319,17 @@ fn trailing_slash_copies_a_directorys_contents_like_rsync() {
     // Contents need -r, like the directory itself.
     let err = fails(&env.cp(&[&contents, &env.remote(&server, "x")]), 2);
     assert!(err.contains("use -r"), "{err}");
+    // A failed `dir/` pull leaves no empty destination behind.
+    let nowhere = env.local.join("never");
+    fails(
+        &env.cp(&[
+            "-r",
+            &env.remote(&server, "no-such-dir/"),
+            nowhere.to_str().unwrap(),
+        ]),
+        6,
+    );
+    assert!(!nowhere.exists());
 }
 
 /// Without -p, files get the receiver's umask and arrival time (like scp

@@ -318,6 +318,38 @@ mod tests {
     }
 
     #[test]
+    fn zero_blocks_are_announced_in_batches_after_the_manifest() {
+        let e = Entry {
+            id: 0,
+            path: b"z".to_vec(),
+            kind: EntryKind::File {
+                size: 12,
+                mode: 0,
+                mtime: 0,
+                mtime_nsec: 0,
+            },
+            target: vec![],
+        };
+        let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
+        let now = Instant::now();
+        for _ in 0..3 {
+            let Next::Send(b) = tx.next_block(now) else {
+                panic!()
+            };
+            tx.block_read(&b, [0; 32]).unwrap();
+            tx.block_zero(&b);
+        }
+        let msgs: Vec<Msg> = std::iter::from_fn(|| tx.poll_control()).collect();
+        // Entry, ManifestEnd, then the zeros of blocks 0 and 1 in one
+        // message, FileEnd (block 2 completed the file), block 2's zeros.
+        assert!(matches!(msgs[0], Msg::Entry(_)));
+        assert!(matches!(msgs[1], Msg::ManifestEnd { .. }));
+        assert_eq!(msgs[2], Msg::Zeros(vec![(0, 0), (0, 1)]));
+        assert!(matches!(msgs[3], Msg::FileEnd { file: 0, .. }));
+        assert_eq!(msgs[4], Msg::Zeros(vec![(0, 2)]));
+    }
+
+    #[test]
     fn announces_manifest_and_empty_file_digest() {
         let e = Entry {
             id: 3,
