@@ -142,6 +142,10 @@ pub struct CpArgs {
         default_value = "haul"
     )]
     pub remote_haul: String,
+    /// Ports the ssh-started remote side binds its data sockets in (TCP
+    /// and UDP), for a firewall that opens a range: 7060-7069.
+    #[arg(long, value_name = "LO-HI", value_parser = parse_ports)]
+    pub remote_ports: Option<driver::PortRange>,
     /// Carry the data through the ssh channel even if the hosts can
     /// connect directly (slower; for firewalls that let only ssh through).
     /// Implies --ssh.
@@ -177,6 +181,10 @@ pub struct ServeArgs {
     /// the address ssh came in on and a port the OS picks).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<String>,
+    /// Ports for data sockets: the UDP data channel's, and with --stdio the
+    /// TCP listener's too (for a firewall that opens a range: 7060-7069).
+    #[arg(long, value_name = "LO-HI", value_parser = parse_ports)]
+    pub data_ports: Option<driver::PortRange>,
     /// Serve one client that started this over ssh (`haul cp` does): talk
     /// to it on standard input and output, with one-time keys.
     #[arg(long)]
@@ -211,6 +219,11 @@ fn parse_rate(s: &str) -> Result<u64, String> {
     rate::parse_rate(s).ok_or_else(|| {
         format!("{s:?} is not a rate; write it like 500M, 1.5G or 800k (bits per second)")
     })
+}
+
+fn parse_ports(s: &str) -> Result<driver::PortRange, String> {
+    driver::PortRange::parse(s)
+        .ok_or_else(|| format!("{s:?} is not a port range; write it like 7060-7069 or 7060"))
 }
 
 fn parse_block_size(s: &str) -> Result<u32, String> {

@@ -174,6 +174,11 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     let peer = plan.peer().clone();
     let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
     let ssh = use_ssh(&a, &peer, &known_hosts)?;
+    if !ssh && a.remote_ports.is_some() {
+        return Err(usage(
+            "--remote-ports is for a remote side started over ssh; a daemon's data ports are set by `haul serve --data-ports`",
+        ));
+    }
     // Over ssh, keys are one-time ones: the user's own is not needed.
     let identity = if ssh {
         Keypair::generate()
@@ -220,6 +225,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             remote_haul: a.remote_haul.clone(),
             user: peer.user.clone(),
             host: peer.host.clone(),
+            remote_ports: a.remote_ports,
         };
         let (conn, link) = driver::ssh::connect(cfg, &spec, a.through_ssh)?;
         Ok((conn, Some(link)))

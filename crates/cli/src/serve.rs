@@ -40,6 +40,7 @@ fn stdio(a: ServeArgs) -> i32 {
     let opts = driver::ssh::StdioOptions {
         root,
         listen,
+        data_ports: a.data_ports,
         tuning: Tuning::auto(a.cc.clone()),
     };
     match driver::ssh::serve_stdio(opts) {
@@ -99,6 +100,7 @@ pub fn run(a: ServeArgs) -> i32 {
         listen,
         tuning: tuning.clone(),
         max_sessions: a.max_sessions.max(1),
+        data_ports: a.data_ports,
     };
     let fingerprint = cfg.key.public.fingerprint();
     let res = driver::serve(cfg, |addr| {

@@ -300,3 +300,33 @@ fn remote_without_haul_or_with_another_version() {
     assert!(err.contains("exited with status 1"), "{err}");
     assert!(!env.root.join("f").exists());
 }
+
+/// `serve --stdio --data-ports` listens inside the range (what
+/// `cp --remote-ports` asks for), which the greeting tells the client; it
+/// needs no sshd to check.
+#[test]
+fn stdio_server_listens_in_the_data_port_range() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let mut child = Command::new(HAUL)
+        .args(["serve", "--stdio", "--data-ports", &port.to_string()])
+        .env("SSH_CONNECTION", "127.0.0.1 50000 127.0.0.1 22")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    drop(child.stdin.take());
+    let _ = child.wait();
+    assert!(line.starts_with("haul-ssh 3 "), "{line}");
+    assert!(line.contains(&format!(" port={port}")), "{line}");
+    assert!(line.contains(" addr=127.0.0.1"), "{line}");
+}

@@ -368,7 +368,7 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
     let cfg = EmulatorConfig {
         name: unique_name("sshfw"),
         a2b: link.clone(),
-        b2a: link,
+        b2a: link.clone(),
         mtu: 1500,
         seed: 4,
         block_udp: false,
@@ -397,4 +397,42 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
         &[&src_remote, back.to_str().unwrap()],
     ));
     assert!(fs::read(&back).unwrap() == data);
+    drop(sshd);
+    drop(emu);
+
+    // The firewall also opens a range for bulk data (TCP only): with
+    // --remote-ports the remote side listens inside it, and the data goes
+    // direct again, on TCP streams since UDP stays blocked.
+    let (lo, hi) = (47060u16, 47062u16);
+    let cfg = EmulatorConfig {
+        name: unique_name("sshpr"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 5,
+        block_udp: false,
+        only_tcp_ports: vec![ssh_port, lo, lo + 1, hi],
+    };
+    let emu = Emulator::start(cfg).expect("emulator starts");
+    let sshd =
+        common::sshd::Sshd::start_on(env.dir.path(), ADDR_B, ssh_port, |p: &str| emu.command_b(p));
+    let dest = format!("{ADDR_B}:{}", env.root.join("ranged.bin").display());
+    let range = format!("{lo}-{hi}");
+    let out = cp_ssh_in_a(
+        &emu,
+        &env,
+        &sshd,
+        &[
+            "--json",
+            "--remote-ports",
+            &range,
+            src.to_str().unwrap(),
+            &dest,
+        ],
+    );
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["route"], "ssh", "{json}");
+    assert_eq!(json["transport"], "tcp", "{json}");
+    assert!(fs::read(env.root.join("ranged.bin")).unwrap() == data);
 }

@@ -20,12 +20,14 @@ pub mod framed;
 pub mod handshake;
 pub mod join;
 pub mod net;
+pub mod ports;
 pub mod progress;
 pub mod server;
 pub mod ssh;
 
 pub use client::{ClientConfig, Connected, Report, Route, ServerTrust, Transport, UdpReport};
 pub use error::TransferError;
+pub use ports::PortRange;
 pub use progress::Progress;
 pub use server::{serve, ClientKeys, ServerConfig};
 

@@ -88,6 +88,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub tuning: Tuning,
     pub max_sessions: usize,
+    /// Ports for the sessions' UDP data channels (`--data-ports`); `None`:
+    /// any the OS picks.
+    pub data_ports: Option<crate::ports::PortRange>,
 }
 
 /// What a data connection needs to join a session waiting for streams.
@@ -341,11 +344,10 @@ impl Server {
         let session_id = est.keys.session_id();
         // A UDP socket on the address the client reached us at.
         let udp = if req.transport == TRANSPORT_UDP {
-            let local = ctrl_r
-                .get_ref()
-                .local_addr()
-                .map(|a| SocketAddr::new(a.ip(), 0));
-            match local.and_then(udp::UdpChannel::bind) {
+            let bound = ctrl_r.get_ref().local_addr().and_then(|a| {
+                crate::ports::PortRange::bind(self.cfg.data_ports, a.ip(), udp::UdpChannel::bind)
+            });
+            match bound {
                 Ok(c) => Some(c),
                 Err(e) => {
                     tracing::warn!("cannot open a UDP socket for the data channel: {e}");

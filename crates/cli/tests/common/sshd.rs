@@ -92,7 +92,9 @@ impl Sshd {
         port: u16,
         command: impl FnOnce(&str) -> Command,
     ) -> Sshd {
-        let dir = dir.join(format!("ssh-{port}"));
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = dir.join(format!("ssh-{port}-{n}"));
         fs::create_dir_all(&dir).unwrap();
         // sshd's privilege-separation directory.
         let _ = fs::create_dir_all("/run/sshd");

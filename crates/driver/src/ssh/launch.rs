@@ -27,6 +27,9 @@ pub struct SshSpec {
     pub remote_haul: String,
     pub user: Option<String>,
     pub host: String,
+    /// Ports the remote side must bind its data sockets in
+    /// (`--remote-ports`).
+    pub remote_ports: Option<crate::ports::PortRange>,
 }
 
 /// Lines of other output (a login banner, a chatty shell profile) skipped
@@ -54,7 +57,10 @@ pub struct SshLink {
 impl SshSpec {
     /// The remote command line.
     pub fn remote_command(&self) -> String {
-        format!("{} serve --stdio", self.remote_haul)
+        match self.remote_ports {
+            Some(p) => format!("{} serve --stdio --data-ports {p}", self.remote_haul),
+            None => format!("{} serve --stdio", self.remote_haul),
+        }
     }
 
     fn who(&self) -> String {
@@ -345,6 +351,7 @@ mod tests {
             remote_haul: "haul".into(),
             user: None,
             host: "-oProxyCommand=x".into(),
+            remote_ports: None,
         };
         assert_eq!(spec.command().err().unwrap().code, ErrorCode::BadRequest);
     }

@@ -94,7 +94,7 @@ pub fn connect(
             Err(why) => {
                 if let Some(f) = &cfg.notice {
                     f(&format!(
-                        "no direct connection to {} ({why}); carrying the data through the ssh channel instead (one stream, at ssh's speed: open the port range or run `haul serve` there for full speed)",
+                        "no direct connection to {} ({why}); carrying the data through the ssh channel instead (one stream, at ssh's speed; for full speed, open a port range in the firewall and name it with --remote-ports, or run `haul serve` there)",
                         spec.host
                     ));
                 }

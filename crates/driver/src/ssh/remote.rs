@@ -16,6 +16,7 @@ use super::relay::Mux;
 use super::RELEASE;
 use crate::error::TransferError;
 use crate::net::{self, Tuning};
+use crate::ports::PortRange;
 use crate::server::{serve_on, ClientKeys, ServerConfig};
 
 pub struct StdioOptions {
@@ -26,6 +27,9 @@ pub struct StdioOptions {
     /// Where to listen for the client's direct connections; default: the
     /// address the ssh connection came in on, a port the OS picks.
     pub listen: Option<SocketAddr>,
+    /// Ports for the TCP listener (unless `listen` names one) and the UDP
+    /// data channel (`--data-ports`).
+    pub data_ports: Option<PortRange>,
     pub tuning: Tuning,
 }
 
@@ -40,16 +44,26 @@ fn ssh_server_ip() -> Option<IpAddr> {
 pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
     let key = Keypair::generate();
     let ssh_ip = ssh_server_ip();
-    let listen = opts
+    let ip = opts
         .listen
-        .unwrap_or_else(|| SocketAddr::new(ssh_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0));
+        .map(|l| l.ip())
+        .or(ssh_ip)
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let ports = match opts.listen {
+        Some(l) if l.port() != 0 => Some(PortRange {
+            lo: l.port(),
+            hi: l.port(),
+        }),
+        _ => opts.data_ports,
+    };
     let cannot = |e: std::io::Error| {
+        let port = ports.map_or("a free port".to_string(), |p| format!("port {p}"));
         TransferError::new(
             ErrorCode::Connect,
-            format!("cannot listen on {listen} for the client's data connections: {e}"),
+            format!("cannot listen on {ip}, {port}, for the client's data connections: {e}"),
         )
     };
-    let listener = net::listen(&listen, &opts.tuning).map_err(cannot)?;
+    let listener = PortRange::bind(ports, ip, |a| net::listen(&a, &opts.tuning)).map_err(cannot)?;
     let bound = listener.local_addr().map_err(cannot)?;
     let advertised = if bound.ip().is_unspecified() {
         ssh_ip
@@ -105,6 +119,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         listen: bound,
         tuning: opts.tuning,
         max_sessions: 4,
+        data_ports: opts.data_ports,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())
