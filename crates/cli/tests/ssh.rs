@@ -127,6 +127,22 @@ fn data_through_the_ssh_channel() {
         ],
     ));
     assert!(err.contains("data through the ssh channel"), "{err}");
+    // UDP asked for by name cannot go through ssh: a clear refusal.
+    let err = fails(
+        &cp_ssh(
+            &env,
+            &sshd,
+            &[
+                "--through-ssh",
+                "--transport",
+                "udp",
+                &remote(&env.root.join("tree/big.bin")),
+                back.to_str().unwrap(),
+            ],
+        ),
+        3,
+    );
+    assert!(err.contains("carries only TCP"), "{err}");
     assert_eq!(
         fs::read(&back).unwrap(),
         fs::read(src.join("big.bin")).unwrap()

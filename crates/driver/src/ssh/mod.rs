@@ -101,6 +101,15 @@ pub fn connect(
             }
         }
     }
+    if cfg.transport == Transport::Udp {
+        return Err(TransferError::new(
+            wire::ErrorCode::Connect,
+            format!(
+                "--transport udp needs a direct path to {}, and the ssh channel carries only TCP; drop --transport udp to let the data go through ssh",
+                spec.host
+            ),
+        ));
+    }
     cfg.dial = vec![link.relay()?];
     cfg.streams = Some(1);
     cfg.transport = Transport::Tcp;
