@@ -206,26 +206,43 @@ fn remote_paths_are_the_logins_own_and_ssh_config_applies() {
     assert_eq!(fs::read(env.local.join("h.bin")).unwrap(), original);
 }
 
+/// One small file to copy into the served root over ssh, with the ssh
+/// command and the remote haul chosen per run, for the failure tests.
+struct OneFile {
+    env: Env,
+    sshd: Sshd,
+}
+
+impl OneFile {
+    fn new() -> OneFile {
+        let env = Env::new();
+        let sshd = Sshd::start(env.dir.path());
+        write_file(&env.local.join("f"), b"x");
+        OneFile { env, sshd }
+    }
+
+    fn cp(&self, rsh: &str, remote_haul: &str) -> std::process::Output {
+        let src = self.env.local.join("f");
+        let dest = remote(&self.env.root.join("f"));
+        self.env.cp(&[
+            "-e",
+            rsh,
+            "--remote-haul",
+            remote_haul,
+            src.to_str().unwrap(),
+            &dest,
+        ])
+    }
+}
+
 #[test]
 fn ssh_failures_show_sshs_own_message() {
     if !sshd_available("ssh_failures_show_sshs_own_message") {
         return;
     }
-    let env = Env::new();
-    let sshd = Sshd::start(env.dir.path());
-    let file = env.local.join("f");
-    write_file(&file, b"x");
-    let dest = remote(&env.root.join("f"));
-    let run = |rsh: String| {
-        env.cp(&[
-            "-e",
-            &rsh,
-            "--remote-haul",
-            HAUL,
-            file.to_str().unwrap(),
-            &dest,
-        ])
-    };
+    let one = OneFile::new();
+    let (env, sshd) = (&one.env, &one.sshd);
+    let run = |rsh: String| one.cp(&rsh, HAUL);
 
     // Unknown host key, under strict checking.
     let empty = sshd.dir.join("empty_known_hosts");
@@ -273,22 +290,10 @@ fn remote_without_haul_or_with_another_version() {
     if !sshd_available("remote_without_haul_or_with_another_version") {
         return;
     }
-    let env = Env::new();
-    let sshd = Sshd::start(env.dir.path());
-    let file = env.local.join("f");
-    write_file(&file, b"x");
-    let dest = remote(&env.root.join("f"));
-    let rsh = sshd.rsh();
-    let run = |remote_haul: &str| {
-        env.cp(&[
-            "-e",
-            &rsh,
-            "--remote-haul",
-            remote_haul,
-            file.to_str().unwrap(),
-            &dest,
-        ])
-    };
+    let one = OneFile::new();
+    let env = &one.env;
+    let rsh = one.sshd.rsh();
+    let run = |remote_haul: &str| one.cp(&rsh, remote_haul);
 
     let err = fails(&run("/opt/nowhere/haul"), 13);
     assert!(err.contains("haul is not installed on 127.0.0.1"), "{err}");

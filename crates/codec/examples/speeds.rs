@@ -4,49 +4,18 @@
 
 use std::time::Instant;
 
+use codec::samples::{log_text, noise};
 use codec::{estimate::sample_ratio, is_zero, Codec, Coder};
-
-fn text(len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 100);
-    let mut i = 1u64;
-    while out.len() < len {
-        i = i
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        out.extend_from_slice(
-            format!(
-                "2026-11-22T12:{:02}:{:02} host{} GET /api/v1/items/{} 200 {} ms\n",
-                (i >> 8) % 60,
-                (i >> 16) % 60,
-                (i >> 24) % 8,
-                (i >> 32) % 100_000,
-                (i >> 48) % 500
-            )
-            .as_bytes(),
-        );
-    }
-    out.truncate(len);
-    out
-}
-
-fn noise(len: usize) -> Vec<u8> {
-    let mut x = 88172645463325252u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 fn main() {
     const MIB: usize = 1 << 20;
     const ROUNDS: usize = 64;
     let mut coder = Coder::new();
     let (mut z, mut back) = (Vec::new(), Vec::new());
-    for (name, block) in [("text", text(MIB)), ("random", noise(MIB))] {
+    for (name, block) in [
+        ("text", log_text(MIB, 1)),
+        ("random", noise(MIB, 88172645463325252)),
+    ] {
         for codec in [Codec::Lz4, Codec::Zstd(1), Codec::Zstd(3)] {
             let t = Instant::now();
             for _ in 0..ROUNDS {

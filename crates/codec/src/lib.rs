@@ -3,6 +3,7 @@
 //! - [`zero`]: all-zero blocks, which are not sent at all.
 //! - [`compress`]: the codecs (lz4, zstd) and their round trip.
 //! - [`estimate`]: a cheap guess of how well a block compresses.
+//! - [`samples`]: log-like text and noise, for tests and measurements.
 //! - [`policy`]: the `--compress auto` policy, which decides per block,
 //!   from live measurements of the link and of both ends' codec speeds,
 //!   whether compressing it raises goodput, and with what.
@@ -14,6 +15,7 @@
 pub mod compress;
 pub mod estimate;
 pub mod policy;
+pub mod samples;
 pub mod zero;
 
 pub use compress::{Codec, CodecError, Coder};

@@ -296,40 +296,7 @@ mod tests {
     use super::*;
     use crate::compress::Coder;
 
-    fn text(len: usize, seed: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 100);
-        let mut i = seed;
-        while out.len() < len {
-            i = i
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            out.extend_from_slice(
-                format!(
-                    "2026-11-22T12:{:02}:{:02} host{} GET /api/v1/items/{} 200 {} ms\n",
-                    (i >> 8) % 60,
-                    (i >> 16) % 60,
-                    (i >> 24) % 8,
-                    (i >> 32) % 100_000,
-                    (i >> 48) % 500
-                )
-                .as_bytes(),
-            );
-        }
-        out.truncate(len);
-        out
-    }
-
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
+    use crate::samples::{log_text as text, noise};
 
     const MIB: usize = 1 << 20;
     const MBIT: f64 = 1e6 / 8.0;
