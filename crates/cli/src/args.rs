@@ -104,6 +104,12 @@ pub struct CpArgs {
     /// UDP gets through, tcp otherwise).
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
+    /// Compression of blocks: auto (per block, only where it raises
+    /// goodput, judged from the link's rate and both ends' speed), none,
+    /// lz4, zstd (level 3) or zstd:LEVEL (1-19). All-zero blocks are never
+    /// sent, whatever this says.
+    #[arg(long, default_value = "auto", value_name = "MODE", value_parser = parse_compress)]
+    pub compress: codec::Mode,
     /// Block size: 64K to 16M.
     #[arg(long, default_value = "1M", value_parser = parse_block_size)]
     pub block_size: u32,
@@ -218,6 +224,12 @@ pub struct KeygenArgs {
 fn parse_rate(s: &str) -> Result<u64, String> {
     rate::parse_rate(s).ok_or_else(|| {
         format!("{s:?} is not a rate; write it like 500M, 1.5G or 800k (bits per second)")
+    })
+}
+
+fn parse_compress(s: &str) -> Result<codec::Mode, String> {
+    codec::Mode::parse(s).ok_or_else(|| {
+        format!("{s:?} is not a compression; write auto, none, lz4, zstd or zstd:LEVEL (1-19)")
     })
 }
 

@@ -207,6 +207,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             TransportArg::Auto => Transport::Auto,
         },
         preserve: a.preserve,
+        compress: a.compress,
         tuning: Tuning::auto(a.cc.clone()),
         connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
         notice: Some(Box::new(|m| eprintln!("haul: {m}"))),

@@ -143,6 +143,8 @@ pub struct Json<'a> {
     /// File bytes in all-zero blocks, which were announced, not sent, and
     /// left as holes where the receiver's file system allows.
     pub saved_zero_bytes: u64,
+    /// File bytes of compressed blocks less their bytes on the wire.
+    pub saved_compression_bytes: u64,
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
@@ -184,6 +186,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         transport: if r.udp.is_some() { "udp" } else { "tcp" },
         route: route_name(r.route),
         saved_zero_bytes: r.zero_bytes,
+        saved_compression_bytes: r.compress_saved,
         udp: r.udp.map(|u| UdpJson {
             datagram_bytes: u.payload,
             datagrams_sent: u.sent,
@@ -253,11 +256,13 @@ pub fn text(r: &Report) -> String {
     } else {
         0.0
     };
-    let zeros = if r.zero_bytes > 0 {
-        format!(", {} in zero blocks not sent", bytes(r.zero_bytes))
-    } else {
-        String::new()
-    };
+    let mut zeros = String::new();
+    if r.zero_bytes > 0 {
+        zeros += &format!(", {} in zero blocks not sent", bytes(r.zero_bytes));
+    }
+    if r.compress_saved > 0 {
+        zeros += &format!(", {} saved by compression", bytes(r.compress_saved));
+    }
     let head = format!(
         "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
          wire {} ({overhead:.1}% of file bytes{zeros}), ",

@@ -15,7 +15,7 @@ use wire::{
 };
 
 use crate::datagram::{self, setup, UdpLink};
-use crate::engine::{run_receiver, run_sender, RecvPath, SendPath};
+use crate::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 use crate::error::TransferError;
 use crate::framed::{FrameReader, FrameWriter};
 use crate::handshake;
@@ -100,6 +100,8 @@ pub struct ClientConfig {
     pub transport: Transport,
     /// `-p`: keep modification times and exact modes (P-8).
     pub preserve: bool,
+    /// `--compress`: how the sending side compresses blocks (P-30).
+    pub compress: codec::Mode,
     pub tuning: Tuning,
     pub connect_timeout: Duration,
     /// Shows the user a notice: a server key pinned for the first time, a
@@ -123,6 +125,9 @@ pub enum Route {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub route: Route,
+    /// Bytes saved by compression: file bytes of compressed blocks less
+    /// their bytes on the wire (P-30).
+    pub compress_saved: u64,
     /// File bytes in all-zero blocks, announced instead of sent (P-29).
     pub zero_bytes: u64,
     pub duration: Duration,
@@ -165,6 +170,7 @@ impl Tail {
         Report {
             route: Route::Daemon,
             zero_bytes: get(&p.zero_bytes),
+            compress_saved: get(&p.compressed_in).saturating_sub(get(&p.compressed_out)),
             udp,
             duration: self.started.elapsed(),
             summary,
@@ -428,6 +434,8 @@ impl Connected {
             },
             contents,
             preserve: self.cfg.preserve,
+            compress: crate::compress::mode_to_wire(self.cfg.compress).0,
+            compress_level: crate::compress::mode_to_wire(self.cfg.compress).1,
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
@@ -616,14 +624,18 @@ impl Connected {
             DataPlan::Udp(link) => (SendPath::Udp(link), 0, UDP_SEND_WINDOW),
         };
         let session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
-        let (rate, progress, tail) = (self.cfg.rate, self.progress.clone(), self.tail());
+        let how = Sending {
+            rate: self.cfg.rate,
+            compress: self.cfg.compress,
+        };
+        let (progress, tail) = (self.progress.clone(), self.tail());
         let r = run_sender(
             self.ctrl_r,
             self.ctrl_w,
             path,
             session,
             &sources,
-            rate,
+            how,
             &progress,
         )?;
         Ok(tail.report(r.summary, streams, r.retransmitted, window))

@@ -24,6 +24,7 @@ use session::{block_hash, Action, BlockVerdict, Next, ReceiverSession, SenderSes
 use store::{Sink, Sources};
 use wire::{BlockHeader, ErrorCode, Msg, Summary, BLOCK_HEADER_LEN};
 
+use crate::compress::{self, Compression};
 use crate::datagram::UdpLink;
 use crate::error::TransferError;
 use crate::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
@@ -46,11 +47,14 @@ pub(crate) struct Shared<'a, S> {
     sockets: Vec<TcpStream>,
     ctrl: Mutex<FrameWriter>,
     pub(crate) progress: &'a Progress,
+    /// How a sending side compresses blocks (off on a receiver).
+    pub(crate) compression: Compression,
 }
 
 impl<'a, S> Shared<'a, S> {
     fn new(state: S, ctrl: FrameWriter, sockets: Vec<TcpStream>, progress: &'a Progress) -> Self {
         Shared {
+            compression: Compression::off(),
             state: Mutex::new(state),
             cv: Condvar::new(),
             error: Mutex::new(None),
@@ -198,18 +202,25 @@ pub struct SenderReport {
 }
 
 /// Runs the sending side until the receiver confirms every file.
+/// How the sender paces and encodes: the `--rate` cap, and `--compress`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sending {
+    pub rate: Option<u64>,
+    pub compress: codec::Mode,
+}
+
 pub fn run_sender(
     ctrl_r: FrameReader,
     ctrl_w: FrameWriter,
     path: SendPath,
     session: SenderSession,
     sources: &Sources,
-    rate: Option<u64>,
+    how: Sending,
     progress: &Progress,
 ) -> Result<SenderReport, TransferError> {
     match path {
         SendPath::Tcp(data) => {
-            run_sender_with(ctrl_r, ctrl_w, data, None, session, sources, rate, progress)
+            run_sender_with(ctrl_r, ctrl_w, data, None, session, sources, how, progress)
         }
         SendPath::Udp(link) => run_sender_with(
             ctrl_r,
@@ -218,7 +229,7 @@ pub fn run_sender(
             Some(*link),
             session,
             sources,
-            rate,
+            how,
             progress,
         ),
     }
@@ -232,14 +243,16 @@ fn run_sender_with(
     udp: Option<UdpLink>,
     session: SenderSession,
     sources: &Sources,
-    rate: Option<u64>,
+    how: Sending,
     progress: &Progress,
 ) -> Result<SenderReport, TransferError> {
     let sockets = clones(
         ctrl_r.get_ref(),
         data.iter().map(|w| w.get_ref().try_clone()),
     )?;
-    let sh = Shared::new(session, ctrl_w, sockets, progress);
+    let rate = how.rate;
+    let mut sh = Shared::new(session, ctrl_w, sockets, progress);
+    sh.compression = Compression::new(how.compress);
     let bucket = rate.map(|r| Mutex::new(TokenBucket::new(r, (r / 50).max(256 << 10))));
     let (acks_tx, acks_rx) = mpsc::channel();
     let acks_tx = udp.is_some().then_some(acks_tx);
@@ -337,7 +350,7 @@ pub(crate) fn read_next_block(
     sources: &Sources,
     buf: &mut Vec<u8>,
     at: usize,
-) -> Option<(session::BlockRef, [u8; 32])> {
+) -> Option<(session::BlockRef, [u8; 32], u8)> {
     while !sh.stopped() {
         let block = {
             let mut st = sh.lock();
@@ -375,7 +388,10 @@ pub(crate) fn read_next_block(
             Progress::add(&sh.progress.zero_bytes, block.len as u64);
             continue;
         }
-        return Some((block, hash));
+        // Compressed in place (P-30): the block's bytes in `buf[at..]`
+        // become what goes on the wire.
+        let codec = sh.compression.encode(buf, at, sh.progress);
+        return Some((block, hash, codec));
     }
     None
 }
@@ -388,13 +404,15 @@ fn send_blocks(
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let data_at = LEN_PREFIX + BLOCK_HEADER_LEN;
-    while let Some((block, hash)) = read_next_block(sh, sources, &mut buf, data_at) {
+    while let Some((block, hash, codec)) = read_next_block(sh, sources, &mut buf, data_at) {
         let header = BlockHeader {
             file: block.file,
             index: block.index,
             offset: block.offset,
             len: block.len,
             hash,
+            codec,
+            wire_len: (buf.len() - data_at) as u32,
         };
         header.encode_into(&mut buf[LEN_PREFIX..]);
         if let Some(b) = bucket {
@@ -619,7 +637,13 @@ impl Receiving<'_, '_> {
                 }
             };
             let data = &body[BLOCK_HEADER_LEN..];
-            if self.place(&h, data).is_none() {
+            let placed = if h.codec == wire::CODEC_NONE {
+                self.place(&h, data)
+            } else {
+                let decoded = compress::decode(h.codec, data, h.len, self.sh.progress);
+                self.place(&h, &decoded)
+            };
+            if placed.is_none() {
                 return;
             }
         }

@@ -13,6 +13,7 @@
 //!   relay through the ssh channel when hosts cannot connect directly.
 
 pub mod client;
+pub mod compress;
 pub mod datagram;
 pub mod engine;
 pub mod error;

@@ -43,6 +43,10 @@ pub struct Progress {
     /// File bytes in all-zero blocks, announced instead of sent (P-29):
     /// by this sender, or received as holes by this receiver.
     pub zero_bytes: AtomicU64,
+    /// Blocks sent (or received) compressed (P-30): their bytes in the
+    /// file, and on the wire.
+    pub compressed_in: AtomicU64,
+    pub compressed_out: AtomicU64,
 }
 
 impl Progress {

@@ -18,7 +18,7 @@ use wire::{
 };
 
 use crate::datagram::{self, setup, UdpLink};
-use crate::engine::{run_receiver, run_sender, RecvPath, SendPath};
+use crate::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 use crate::error::TransferError;
 use crate::framed::FrameWriter;
 use crate::handshake;
@@ -422,7 +422,10 @@ impl Server {
                     send_path,
                     *session,
                     &sources,
-                    rate_of(&req),
+                    Sending {
+                        rate: rate_of(&req),
+                        compress: crate::compress::mode_from_wire(req.compress, req.compress_level),
+                    },
                     &progress,
                 )?;
                 Ok(format!(

@@ -340,6 +340,8 @@ impl ReceiverSession {
                 offset: index as u64 * self.block_size as u64,
                 len,
                 hash: zero_hash(len),
+                codec: wire::CODEC_NONE,
+                wire_len: 0,
             }
         })
     }
@@ -491,6 +493,8 @@ mod tests {
             offset,
             len,
             hash,
+            codec: wire::CODEC_NONE,
+            wire_len: len,
         };
         // Out of bounds: wrong length, wrong offset, beyond the file.
         assert!(rx.block_arrived(&hdr(0, 0, 3, h0), &h0).is_err());

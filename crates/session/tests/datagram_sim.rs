@@ -98,7 +98,12 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
             && tx.held_blocks() < window
         {
             let d = block_data(next_block, seed);
-            tx.add_block(0, next_block, hashes[next_block as usize], Arc::new(d));
+            let first = wire::datagram::FirstChunk {
+                hash: hashes[next_block as usize],
+                codec: wire::CODEC_NONE,
+                len: d.len() as u32,
+            };
+            tx.add_block(0, next_block, first, Arc::new(d));
             next_block += 1;
         }
         tx.on_tick(now);

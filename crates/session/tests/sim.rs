@@ -198,6 +198,8 @@ fn simulate(seed: u64, sizes: &[u64], link: &Link) -> Outcome {
                     offset: block.offset,
                     len: block.len,
                     hash: real,
+                    codec: wire::CODEC_NONE,
+                    wire_len: block.len,
                 };
                 let computed = if corrupt {
                     corrupted += 1;

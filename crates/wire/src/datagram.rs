@@ -12,10 +12,11 @@ use crate::MAX_BLOCK_SIZE;
 
 /// `kind | seq`, in clear and authenticated.
 pub const DATAGRAM_PREFIX: usize = 9;
-/// Chunk header without the block hash.
+/// Chunk header without the block's details.
 pub const CHUNK_HEADER_LEN: usize = 24;
-/// The first chunk of a block also carries the block's BLAKE3 hash.
-pub const FIRST_CHUNK_HEADER_LEN: usize = CHUNK_HEADER_LEN + 32;
+/// The first chunk of a block also carries the block's BLAKE3 hash, its
+/// codec and its length in the file ([`FirstChunk`]).
+pub const FIRST_CHUNK_HEADER_LEN: usize = CHUNK_HEADER_LEN + 32 + 1 + 4;
 /// Most missing-sequence ranges one report carries.
 pub const MAX_MISSING: usize = 64;
 /// Most stale-block requests one report carries.
@@ -67,12 +68,24 @@ pub struct ChunkHeader {
     pub offset: u32,
     pub block_len: u32,
     /// Present exactly when `offset == 0`.
-    pub hash: Option<[u8; 32]>,
+    pub first: Option<FirstChunk>,
+}
+
+/// What the first chunk of a block says of the whole block (P-24, P-30).
+/// `block_len` of its chunks counts encoded bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstChunk {
+    /// BLAKE3 of the block's bytes as read (P-11).
+    pub hash: [u8; 32],
+    /// One of the `CODEC_*` values.
+    pub codec: u8,
+    /// The block's length in the file.
+    pub len: u32,
 }
 
 impl ChunkHeader {
     pub fn encoded_len(&self) -> usize {
-        if self.hash.is_some() {
+        if self.first.is_some() {
             FIRST_CHUNK_HEADER_LEN
         } else {
             CHUNK_HEADER_LEN
@@ -86,8 +99,10 @@ impl ChunkHeader {
         out[12..16].copy_from_slice(&self.index.to_le_bytes());
         out[16..20].copy_from_slice(&self.offset.to_le_bytes());
         out[20..24].copy_from_slice(&self.block_len.to_le_bytes());
-        if let Some(h) = &self.hash {
-            out[24..56].copy_from_slice(h);
+        if let Some(f) = &self.first {
+            out[24..56].copy_from_slice(&f.hash);
+            out[56] = f.codec;
+            out[57..61].copy_from_slice(&f.len.to_le_bytes());
         }
         self.encoded_len()
     }
@@ -104,14 +119,24 @@ impl ChunkHeader {
         if block_len == 0 || block_len > MAX_BLOCK_SIZE || offset >= block_len {
             return Err(DecodeError::Invalid("chunk outside its block"));
         }
-        let hash = if offset == 0 { Some(r.array()?) } else { None };
+        let first = if offset == 0 {
+            let f = FirstChunk {
+                hash: r.array()?,
+                codec: r.u8()?,
+                len: r.u32()?,
+            };
+            crate::block::check_coding(f.codec, f.len, block_len)?;
+            Some(f)
+        } else {
+            None
+        };
         let h = ChunkHeader {
             sent_us,
             file,
             index,
             offset,
             block_len,
-            hash,
+            first,
         };
         let len = h.encoded_len();
         let data = b.len() - len;
@@ -385,7 +410,8 @@ mod tests {
         fn chunk_roundtrip(sent_us: u64, file: u32, index: u32, block_len in 1u32..=MAX_BLOCK_SIZE, off: u32, hash: [u8; 32], data in 1usize..2000) {
             let offset = off % block_len;
             let data = data.min((block_len - offset) as usize);
-            let h = ChunkHeader { sent_us, file, index, offset, block_len, hash: (offset == 0).then_some(hash) };
+            let first = (offset == 0).then_some(FirstChunk { hash, codec: crate::CODEC_NONE, len: block_len });
+            let h = ChunkHeader { sent_us, file, index, offset, block_len, first };
             let mut b = vec![0u8; FIRST_CHUNK_HEADER_LEN + data];
             let n = h.encode_into(&mut b);
             b.truncate(n + data);

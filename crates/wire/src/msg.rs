@@ -46,7 +46,18 @@ pub struct Request {
     /// Keep modification times and exact modes (`-p`); otherwise files get
     /// the receiver's umask and the time they arrive (P-8).
     pub preserve: bool,
+    /// How the sending side compresses blocks: one of the `COMPRESS_*`
+    /// values (P-30).
+    pub compress: u8,
+    /// The zstd level with `COMPRESS_ZSTD` (1..=19); 0 otherwise.
+    pub compress_level: u8,
 }
+
+/// `--compress auto`: the sender decides per block (P-30).
+pub const COMPRESS_AUTO: u8 = 0;
+pub const COMPRESS_NONE: u8 = 1;
+pub const COMPRESS_LZ4: u8 = 2;
+pub const COMPRESS_ZSTD: u8 = 3;
 
 /// Bits of a request's `options` byte.
 const OPT_CONTENTS: u8 = 1;
@@ -229,7 +240,9 @@ impl Msg {
                     .u64(r.rate)
                     .u8(r.transport)
                     .u8(if r.contents { OPT_CONTENTS } else { 0 }
-                        | if r.preserve { OPT_PRESERVE } else { 0 });
+                        | if r.preserve { OPT_PRESERVE } else { 0 })
+                    .u8(r.compress)
+                    .u8(r.compress_level);
             }
             Msg::Accept {
                 session,
@@ -347,7 +360,24 @@ impl Msg {
                         tag: options,
                     });
                 }
+                let compress = r.u8()?;
+                let compress_level = r.u8()?;
+                let level_ok = match compress {
+                    COMPRESS_ZSTD => (1..=19).contains(&compress_level),
+                    COMPRESS_AUTO | COMPRESS_NONE | COMPRESS_LZ4 => compress_level == 0,
+                    tag => {
+                        return Err(DecodeError::UnknownTag {
+                            what: "compression",
+                            tag,
+                        })
+                    }
+                };
+                if !level_ok {
+                    return Err(DecodeError::Invalid("compression level"));
+                }
                 Msg::Request(Request {
+                    compress,
+                    compress_level,
                     contents: options & OPT_CONTENTS != 0,
                     preserve: options & OPT_PRESERVE != 0,
                     op,
@@ -479,12 +509,25 @@ mod tests {
             transport: TRANSPORT_TCP,
             contents: true,
             preserve: true,
+            compress: COMPRESS_ZSTD,
+            compress_level: 9,
         };
         let mut bytes = Msg::Request(req.clone()).encode();
-        assert_eq!(*bytes.last().unwrap(), 0b11);
+        let n = bytes.len();
+        assert_eq!(bytes[n - 3], 0b11);
         assert_eq!(Msg::decode(&bytes).unwrap(), Msg::Request(req));
         // A bit this version does not know is refused, not ignored.
-        *bytes.last_mut().unwrap() = 0b100;
+        bytes[n - 3] = 0b100;
+        assert!(Msg::decode(&bytes).is_err());
+        bytes[n - 3] = 0b11;
+        // So are an unknown compression and a level out of range.
+        bytes[n - 2] = 4;
+        assert!(Msg::decode(&bytes).is_err());
+        bytes[n - 2] = COMPRESS_ZSTD;
+        bytes[n - 1] = 20;
+        assert!(Msg::decode(&bytes).is_err());
+        bytes[n - 2] = COMPRESS_LZ4;
+        bytes[n - 1] = 3;
         assert!(Msg::decode(&bytes).is_err());
     }
 
@@ -520,7 +563,13 @@ mod tests {
                 any::<u16>(),
                 any::<u32>(),
                 0u8..=2,
-                (any::<u64>(), 0u8..=1, any::<bool>(), any::<bool>())
+                (
+                    any::<u64>(),
+                    0u8..=1,
+                    any::<bool>(),
+                    any::<bool>(),
+                    (0u8..=3, 1u8..=19)
+                )
             )
                 .prop_map(
                     |(
@@ -531,11 +580,13 @@ mod tests {
                         streams,
                         block_size,
                         protection,
-                        (rate, transport, contents, preserve),
+                        (rate, transport, contents, preserve, (compress, level)),
                     )| {
                         Msg::Request(Request {
                             contents,
                             preserve,
+                            compress,
+                            compress_level: if compress == COMPRESS_ZSTD { level } else { 0 },
                             op: if push { Op::Push } else { Op::Pull },
                             paths,
                             recursive,

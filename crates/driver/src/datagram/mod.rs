@@ -176,7 +176,11 @@ mod tests {
                     index: 3,
                     offset,
                     block_len: 1000,
-                    hash: (offset == 0).then_some([8; 32]),
+                    first: (offset == 0).then_some(wire::datagram::FirstChunk {
+                        hash: [8; 32],
+                        codec: wire::CODEC_NONE,
+                        len: 1000,
+                    }),
                 };
                 let mut out = Vec::new();
                 seal_chunk(&k, 77, &h, &[4; 50], &mut out);

@@ -37,10 +37,18 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
                     file: c.file,
                     index: c.index,
                     offset: c.index as u64 * rx.block_size as u64,
-                    len: c.data.len() as u32,
+                    len: c.len,
                     hash: c.hash,
+                    codec: c.codec,
+                    wire_len: c.data.len() as u32,
                 };
-                match rx.place(&h, &c.data) {
+                let placed = if c.codec == wire::CODEC_NONE {
+                    rx.place(&h, &c.data)
+                } else {
+                    let decoded = crate::compress::decode(c.codec, &c.data, c.len, rx.sh.progress);
+                    rx.place(&h, &decoded)
+                };
+                match placed {
                     None => return,
                     Some(BlockVerdict::Rejected) => {
                         let _ = reopen_tx.send((c.file, c.index));

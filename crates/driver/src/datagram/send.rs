@@ -13,7 +13,7 @@ use session::datagram::DatagramSender;
 use session::SenderSession;
 use store::Sources;
 use udp::RecvBatch;
-use wire::datagram::Signal;
+use wire::datagram::{FirstChunk, Signal};
 use wire::ErrorCode;
 
 use super::{open, seal_chunk, seal_signal, Opened, UdpLink, SILENCE_TIMEOUT};
@@ -31,7 +31,7 @@ const QUEUE_AHEAD: u64 = 8 << 20;
 const MAX_SLEEP: Duration = Duration::from_millis(5);
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
-type ReadBlock = (session::BlockRef, [u8; 32], Vec<u8>);
+type ReadBlock = (session::BlockRef, [u8; 32], u8, Vec<u8>);
 
 pub(crate) fn run(
     sh: &Shared<SenderSession>,
@@ -46,8 +46,8 @@ pub(crate) fn run(
             let tx = tx.clone();
             scope.spawn(move || {
                 let mut buf = Vec::new();
-                while let Some((b, h)) = read_next_block(sh, sources, &mut buf, 0) {
-                    if tx.send((b, h, std::mem::take(&mut buf))).is_err() {
+                while let Some((b, h, codec)) = read_next_block(sh, sources, &mut buf, 0) {
+                    if tx.send((b, h, codec, std::mem::take(&mut buf))).is_err() {
                         return;
                     }
                 }
@@ -91,7 +91,14 @@ fn pump(
         }
         while tx.queued_bytes() < QUEUE_AHEAD {
             match blocks.try_recv() {
-                Ok((b, hash, data)) => tx.add_block(b.file, b.index, hash, Arc::new(data)),
+                Ok((b, hash, codec, data)) => {
+                    let first = FirstChunk {
+                        hash,
+                        codec,
+                        len: b.len,
+                    };
+                    tx.add_block(b.file, b.index, first, Arc::new(data))
+                }
                 Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
             }
         }

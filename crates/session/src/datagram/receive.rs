@@ -13,7 +13,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use wire::datagram::{ChunkHeader, Report, StaleRange, DATA_SEQ_START, MAX_MISSING, MAX_STALE};
+use wire::datagram::{
+    ChunkHeader, FirstChunk, Report, StaleRange, DATA_SEQ_START, MAX_MISSING, MAX_STALE,
+};
 
 use super::{report_interval, REPORT_INTERVAL, REPORT_REPEATS};
 
@@ -23,6 +25,9 @@ pub struct Completed {
     pub file: u32,
     pub index: u32,
     pub hash: [u8; 32],
+    /// How `data` is encoded (P-30), and the block's length in the file.
+    pub codec: u8,
+    pub len: u32,
     pub data: Vec<u8>,
 }
 
@@ -48,7 +53,7 @@ struct Assembly {
     buf: Vec<u8>,
     /// Sorted, disjoint `[start, end)` ranges that have arrived.
     have: Vec<(u32, u32)>,
-    hash: Option<[u8; 32]>,
+    first: Option<FirstChunk>,
     last: Duration,
 }
 
@@ -67,7 +72,7 @@ impl Assembly {
     }
 
     fn complete(&self) -> bool {
-        self.hash.is_some() && self.have == [(0, self.buf.len() as u32)]
+        self.first.is_some() && self.have == [(0, self.buf.len() as u32)]
     }
 
     fn holes(&self) -> Vec<(u32, u32)> {
@@ -82,7 +87,7 @@ impl Assembly {
         if (at as usize) < self.buf.len() {
             out.push((at, self.buf.len() as u32));
         }
-        if out.is_empty() && self.hash.is_none() {
+        if out.is_empty() && self.first.is_none() {
             // Everything but the first chunk's hash: ask for the start.
             out.push((0, 1));
         }
@@ -222,7 +227,7 @@ impl DatagramReceiver {
         let a = self.assemblies.entry(key).or_insert_with(|| Assembly {
             buf: vec![0; h.block_len as usize],
             have: Vec::new(),
-            hash: None,
+            first: None,
             last: now,
         });
         let end = h.offset as usize + data.len();
@@ -233,8 +238,8 @@ impl DatagramReceiver {
         }
         a.buf[h.offset as usize..end].copy_from_slice(data);
         a.insert(h.offset, end as u32);
-        if h.hash.is_some() {
-            a.hash = h.hash;
+        if h.first.is_some() {
+            a.first = h.first;
         }
         a.last = now;
         if !a.complete() {
@@ -242,10 +247,13 @@ impl DatagramReceiver {
         }
         let a = self.assemblies.remove(&key).expect("present");
         self.completed.insert(key);
+        let first = a.first.expect("complete blocks have their first chunk");
         Some(Completed {
             file: h.file,
             index: h.index,
-            hash: a.hash.expect("complete blocks have their hash"),
+            hash: first.hash,
+            codec: first.codec,
+            len: first.len,
             data: a.buf,
         })
     }
@@ -369,7 +377,11 @@ mod tests {
             index: 2,
             offset,
             block_len,
-            hash: (offset == 0).then_some([9; 32]),
+            first: (offset == 0).then_some(FirstChunk {
+                hash: [9; 32],
+                codec: wire::CODEC_NONE,
+                len: block_len,
+            }),
         }
     }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rate::{Feedback, RateController};
-use wire::datagram::{ChunkHeader, Report, DATA_SEQ_START};
+use wire::datagram::{ChunkHeader, FirstChunk, Report, DATA_SEQ_START};
 
 use super::{chunks, feedback_interval, report_interval, REPORT_INTERVAL};
 
@@ -32,7 +32,7 @@ struct ChunkRef {
 
 struct Held {
     data: Arc<Vec<u8>>,
-    hash: [u8; 32],
+    first: FirstChunk,
     last_stale: Option<Duration>,
 }
 
@@ -127,7 +127,9 @@ impl DatagramSender {
 
     /// A block to send. A block already held (sent again after a nack or by
     /// the endgame) goes to the front with the retransmissions.
-    pub fn add_block(&mut self, file: u32, index: u32, hash: [u8; 32], data: Arc<Vec<u8>>) {
+    /// `data` is the block as encoded for the wire (P-30); `first` says
+    /// what its first chunk tells the receiver of the block.
+    pub fn add_block(&mut self, file: u32, index: u32, first: FirstChunk, data: Arc<Vec<u8>>) {
         let len = data.len() as u32;
         let again = self
             .blocks
@@ -135,7 +137,7 @@ impl DatagramSender {
                 (file, index),
                 Held {
                     data,
-                    hash,
+                    first,
                     last_stale: None,
                 },
             )
@@ -241,7 +243,7 @@ impl DatagramSender {
                 continue;
             };
             let data = h.data.clone();
-            let hash = (c.offset == 0).then_some(h.hash);
+            let first = (c.offset == 0).then_some(h.first);
             let seq = self.take_seq(Some(c));
             self.stats.datagrams += 1;
             if retransmit {
@@ -256,7 +258,7 @@ impl DatagramSender {
                     index: c.index,
                     offset: c.offset,
                     block_len: data.len() as u32,
-                    hash,
+                    first,
                 },
                 range: c.offset as usize..(c.offset + c.len) as usize,
                 data,
@@ -408,6 +410,15 @@ mod tests {
     use super::*;
     use rate::Fixed;
 
+    /// The first chunk of a raw block of `len` bytes.
+    fn raw(hash: [u8; 32], len: u32) -> FirstChunk {
+        FirstChunk {
+            hash,
+            codec: wire::CODEC_NONE,
+            len,
+        }
+    }
+
     fn sender() -> DatagramSender {
         DatagramSender::new(1472, Duration::from_millis(100), Box::new(Fixed(1 << 20)))
     }
@@ -416,11 +427,11 @@ mod tests {
     fn retransmissions_go_first_and_only_once() {
         let now = Duration::ZERO;
         let mut s = sender();
-        s.add_block(0, 0, [7; 32], Arc::new(vec![1u8; 5000]));
+        s.add_block(0, 0, raw([7; 32], 5000), Arc::new(vec![1u8; 5000]));
         let a = s.poll_transmit(now).unwrap();
-        assert_eq!(a.header.hash, Some([7; 32]));
+        assert_eq!(a.header.first.map(|f| f.hash), Some([7; 32]));
         let b = s.poll_transmit(now).unwrap();
-        assert_eq!(b.header.hash, None);
+        assert_eq!(b.header.first, None);
         let report = Report {
             missing: vec![(a.seq, 1)],
             ..Report::default()
@@ -441,7 +452,7 @@ mod tests {
     fn acked_blocks_are_not_sent_again() {
         let now = Duration::ZERO;
         let mut s = sender();
-        s.add_block(0, 0, [0; 32], Arc::new(vec![0u8; 3000]));
+        s.add_block(0, 0, raw([0; 32], 3000), Arc::new(vec![0u8; 3000]));
         let a = s.poll_transmit(now).unwrap();
         s.block_acked(0, 0);
         s.on_report(
@@ -459,7 +470,7 @@ mod tests {
     fn stale_request_requeues_the_named_bytes_once_per_round_trip() {
         let now = Duration::ZERO;
         let mut s = sender();
-        s.add_block(2, 5, [0; 32], Arc::new(vec![0u8; 10_000]));
+        s.add_block(2, 5, raw([0; 32], 10_000), Arc::new(vec![0u8; 10_000]));
         while s.poll_transmit(now).is_some() {}
         let stale = wire::datagram::StaleRange {
             file: 2,
@@ -484,7 +495,7 @@ mod tests {
     fn every_hole_of_a_block_named_in_one_report_is_served() {
         let now = Duration::ZERO;
         let mut s = sender();
-        s.add_block(1, 1, [0; 32], Arc::new(vec![0u8; 20_000]));
+        s.add_block(1, 1, raw([0; 32], 20_000), Arc::new(vec![0u8; 20_000]));
         while s.poll_transmit(now).is_some() {}
         let hole = |offset| wire::datagram::StaleRange {
             file: 1,

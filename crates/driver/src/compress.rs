@@ -1,0 +1,212 @@
+//! Compression of blocks on their way out and back (P-30), around the
+//! sans-IO policy of `codec`: the policy decides per block, this module
+//! feeds it the link rate and the timings it needs, and does the work on
+//! the thread that read the block (the TCP stream threads, the UDP read
+//! workers) with a codec context kept per thread.
+
+use std::cell::RefCell;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use codec::{Auto, Choice, Codec, Coder, Mode};
+use wire::{
+    CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD,
+};
+
+use crate::progress::Progress;
+
+thread_local! {
+    static CODER: RefCell<(Coder, Vec<u8>)> = RefCell::new((Coder::new(), Vec::new()));
+}
+
+/// `--compress` as the request carries it: kind and zstd level.
+pub fn mode_to_wire(mode: Mode) -> (u8, u8) {
+    match mode {
+        Mode::Auto => (COMPRESS_AUTO, 0),
+        Mode::Fixed(Codec::None) => (COMPRESS_NONE, 0),
+        Mode::Fixed(Codec::Lz4) => (COMPRESS_LZ4, 0),
+        Mode::Fixed(Codec::Zstd(l)) => (COMPRESS_ZSTD, l.clamp(1, 19) as u8),
+    }
+}
+
+/// The mode a request's fields name (already checked by the decoder).
+pub fn mode_from_wire(kind: u8, level: u8) -> Mode {
+    match kind {
+        COMPRESS_NONE => Mode::Fixed(Codec::None),
+        COMPRESS_LZ4 => Mode::Fixed(Codec::Lz4),
+        COMPRESS_ZSTD => Mode::Fixed(Codec::Zstd(level as i32)),
+        _ => Mode::Auto,
+    }
+}
+
+fn tag_of(c: Codec) -> u8 {
+    match c {
+        Codec::None => CODEC_NONE,
+        Codec::Lz4 => CODEC_LZ4,
+        Codec::Zstd(_) => CODEC_ZSTD,
+    }
+}
+
+/// How often the TCP path's link-rate estimate is refreshed.
+const METER_EVERY: Duration = Duration::from_millis(250);
+/// Per refresh, how much of its peak the estimate keeps: a max filter that
+/// forgets over about ten seconds, so a sender slowed by its own
+/// compression does not take the link for slower than it is.
+const METER_KEEP: f64 = 0.98;
+
+struct Meter {
+    at: Instant,
+    wire: u64,
+    peak: f64,
+}
+
+/// One sending side's compression.
+pub struct Compression {
+    policy: Mutex<Auto>,
+    meter: Mutex<Meter>,
+    off: bool,
+}
+
+impl Compression {
+    pub fn new(mode: Mode) -> Compression {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Compression {
+            // The receiver's cores are not known; assume as many.
+            policy: Mutex::new(Auto::new(mode, cores, cores)),
+            meter: Mutex::new(Meter {
+                at: Instant::now(),
+                wire: 0,
+                peak: 0.0,
+            }),
+            off: mode == Mode::Fixed(Codec::None),
+        }
+    }
+
+    /// A receiving side compresses nothing.
+    pub fn off() -> Compression {
+        Compression::new(Mode::Fixed(Codec::None))
+    }
+
+    /// The rate the path carries now: the UDP channel's pacing rate, or,
+    /// on TCP streams, a slowly forgetting peak of the bytes on the wire.
+    fn link_rate(&self, progress: &Progress) -> Option<f64> {
+        let udp = Progress::get(&progress.udp_rate);
+        if udp > 0 {
+            return Some(udp as f64);
+        }
+        let mut m = self.meter.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let dt = now.duration_since(m.at);
+        if dt < METER_EVERY {
+            return None;
+        }
+        let wire = Progress::get(&progress.wire_tx);
+        let rate = wire.saturating_sub(m.wire) as f64 / dt.as_secs_f64();
+        m.peak = rate.max(m.peak * METER_KEEP);
+        m.at = now;
+        m.wire = wire;
+        Some(m.peak)
+    }
+
+    /// Encodes the block in `buf[at..]` in place, if the policy says so
+    /// and the result is shorter; returns its `CODEC_*` tag.
+    pub fn encode(&self, buf: &mut Vec<u8>, at: usize, progress: &Progress) -> u8 {
+        if self.off {
+            return CODEC_NONE;
+        }
+        if let Some(rate) = self.link_rate(progress) {
+            self.lock().set_link_rate(rate);
+        }
+        let decision = self.lock().decide(&buf[at..]);
+        let Choice::Compress(c) = decision.choice else {
+            return CODEC_NONE;
+        };
+        let len = buf.len() - at;
+        CODER.with_borrow_mut(|(coder, out)| {
+            let t0 = Instant::now();
+            coder.compress(c, &buf[at..], out);
+            self.lock()
+                .record_compress(c, len, out.len(), decision.estimate, t0.elapsed());
+            if out.len() >= len {
+                return CODEC_NONE;
+            }
+            buf.truncate(at);
+            buf.extend_from_slice(out);
+            Progress::add(&progress.compressed_in, len as u64);
+            Progress::add(&progress.compressed_out, out.len() as u64);
+            tag_of(c)
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Auto> {
+        self.policy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Decodes a received block of `len` bytes encoded with `codec`. Bytes
+/// that do not decode come back as zeros of the right length, so the
+/// block fails its hash and is asked for again like any damaged block.
+pub fn decode(codec: u8, data: &[u8], len: u32, progress: &Progress) -> Vec<u8> {
+    let c = match codec {
+        CODEC_LZ4 => Codec::Lz4,
+        CODEC_ZSTD => Codec::Zstd(3),
+        _ => return data.to_vec(),
+    };
+    CODER.with_borrow_mut(|(coder, _)| {
+        let mut out = Vec::with_capacity(len as usize);
+        match coder.decompress(c, data, len as usize, &mut out) {
+            Ok(()) => {
+                Progress::add(&progress.compressed_in, len as u64);
+                Progress::add(&progress.compressed_out, data.len() as u64);
+                out
+            }
+            Err(e) => {
+                tracing::warn!("a compressed block did not decode ({e}); asking for it again");
+                vec![0u8; len as usize]
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_cross_the_wire() {
+        for m in [
+            Mode::Auto,
+            Mode::Fixed(Codec::None),
+            Mode::Fixed(Codec::Lz4),
+            Mode::Fixed(Codec::Zstd(7)),
+        ] {
+            let (k, l) = mode_to_wire(m);
+            assert_eq!(mode_from_wire(k, l), m);
+        }
+    }
+
+    #[test]
+    fn encodes_in_place_and_decodes_back() {
+        let p = Progress::default();
+        let c = Compression::new(Mode::Fixed(Codec::Zstd(3)));
+        let text: Vec<u8> = b"header"
+            .iter()
+            .copied()
+            .chain((0..50_000).flat_map(|i| format!("line {} of the log\n", i % 100).into_bytes()))
+            .collect();
+        let mut buf = b"HDR".to_vec();
+        buf.extend_from_slice(&text[6..]);
+        let original = buf[3..].to_vec();
+        let tag = c.encode(&mut buf, 3, &p);
+        assert_eq!(tag, CODEC_ZSTD);
+        assert!(buf.len() - 3 < original.len() / 4);
+        let back = decode(tag, &buf[3..], original.len() as u32, &p);
+        assert_eq!(back, original);
+        // Garbage decodes to zeros, which the block hash then refuses.
+        assert_eq!(decode(CODEC_LZ4, b"junk", 10, &p), vec![0u8; 10]);
+        // Off: nothing changes.
+        let mut raw = original.clone();
+        assert_eq!(Compression::off().encode(&mut raw, 0, &p), CODEC_NONE);
+        assert_eq!(raw, original);
+    }
+}
