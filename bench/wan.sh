@@ -35,7 +35,7 @@ ALL_PROFILES=(
   "slow|100M|15|0"
 )
 ALL_DATASETS=(random zeros text tree)
-ALL_TOOLS=(haul haul-noenc haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
+ALL_TOOLS=(haul haul-noenc haul-nocomp haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
 QUICK_PROFILES=lan,wan,wan-loss1
 QUICK_TOOLS=haul,haul-noenc,haul-ssh,rsync,nc,nc-zstd,iperf3-cubic,iperf3-bbr
 
@@ -757,6 +757,7 @@ run_one() {
     case $tool in
       haul) tool_haul "$d" "$cap" ;;
       haul-noenc) tool_haul "$d" "$cap" --no-encrypt ;;
+      haul-nocomp) tool_haul "$d" "$cap" --compress none ;;
       haul-ssh) tool_haul_ssh "$d" "$cap" ;;
       haul-ssh-relay) tool_haul_ssh "$d" "$cap" --through-ssh ;;
       scp) tool_scp "$d" "$cap" ;;

@@ -241,7 +241,7 @@ fn udp_channel_on_loopback() {
         "--transport",
         "udp",
         "--no-encrypt",
-        "-r",
+        "-rp",
         tree.to_str().unwrap(),
         &env.remote(&server, "/"),
     ]));
@@ -250,7 +250,7 @@ fn udp_channel_on_loopback() {
     ok(&env.cp(&[
         "--transport",
         "udp",
-        "-r",
+        "-rp",
         &env.remote(&server, "t"),
         back.to_str().unwrap(),
     ]));

@@ -47,23 +47,14 @@ fn tag_of(c: Codec) -> u8 {
     }
 }
 
-/// How often the TCP path's link-rate estimate is refreshed.
-const METER_EVERY: Duration = Duration::from_millis(250);
-/// Per refresh, how much of its peak the estimate keeps: a max filter that
-/// forgets over about ten seconds, so a sender slowed by its own
-/// compression does not take the link for slower than it is.
-const METER_KEEP: f64 = 0.98;
-
-struct Meter {
-    at: Instant,
-    wire: u64,
-    peak: f64,
-}
+/// How often the link-rate estimate is refreshed.
+const METER_EVERY: Duration = Duration::from_millis(100);
 
 /// One sending side's compression.
 pub struct Compression {
     policy: Mutex<Auto>,
-    meter: Mutex<Meter>,
+    /// When the link rate was last given to the policy.
+    metered: Mutex<Option<Instant>>,
     off: bool,
 }
 
@@ -73,11 +64,7 @@ impl Compression {
         Compression {
             // The receiver's cores are not known; assume as many.
             policy: Mutex::new(Auto::new(mode, cores, cores)),
-            meter: Mutex::new(Meter {
-                at: Instant::now(),
-                wire: 0,
-                peak: 0.0,
-            }),
+            metered: Mutex::new(None),
             off: mode == Mode::Fixed(Codec::None),
         }
     }
@@ -87,34 +74,41 @@ impl Compression {
         Compression::new(Mode::Fixed(Codec::None))
     }
 
-    /// The rate the path carries now: the UDP channel's pacing rate, or,
-    /// on TCP streams, a slowly forgetting peak of the bytes on the wire.
-    fn link_rate(&self, progress: &Progress) -> Option<f64> {
+    /// The rate the path carries now, at most every [`METER_EVERY`]: the
+    /// UDP channel's pacing rate, or what the TCP connections' windows
+    /// allow (`tcp_rate`, from `TCP_INFO`), which does not fall when the
+    /// sender is busy compressing.
+    fn link_rate(
+        &self,
+        progress: &Progress,
+        tcp_rate: impl FnOnce() -> Option<f64>,
+    ) -> Option<f64> {
+        let mut m = self.metered.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if m.is_some_and(|at| now.duration_since(at) < METER_EVERY) {
+            return None;
+        }
+        *m = Some(now);
         let udp = Progress::get(&progress.udp_rate);
         if udp > 0 {
             return Some(udp as f64);
         }
-        let mut m = self.meter.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let dt = now.duration_since(m.at);
-        if dt < METER_EVERY {
-            return None;
-        }
-        let wire = Progress::get(&progress.wire_tx);
-        let rate = wire.saturating_sub(m.wire) as f64 / dt.as_secs_f64();
-        m.peak = rate.max(m.peak * METER_KEEP);
-        m.at = now;
-        m.wire = wire;
-        Some(m.peak)
+        tcp_rate()
     }
 
     /// Encodes the block in `buf[at..]` in place, if the policy says so
     /// and the result is shorter; returns its `CODEC_*` tag.
-    pub fn encode(&self, buf: &mut Vec<u8>, at: usize, progress: &Progress) -> u8 {
+    pub fn encode(
+        &self,
+        buf: &mut Vec<u8>,
+        at: usize,
+        progress: &Progress,
+        tcp_rate: impl FnOnce() -> Option<f64>,
+    ) -> u8 {
         if self.off {
             return CODEC_NONE;
         }
-        if let Some(rate) = self.link_rate(progress) {
+        if let Some(rate) = self.link_rate(progress, tcp_rate) {
             self.lock().set_link_rate(rate);
         }
         let decision = self.lock().decide(&buf[at..]);
@@ -197,7 +191,7 @@ mod tests {
         let mut buf = b"HDR".to_vec();
         buf.extend_from_slice(&text[6..]);
         let original = buf[3..].to_vec();
-        let tag = c.encode(&mut buf, 3, &p);
+        let tag = c.encode(&mut buf, 3, &p, || None);
         assert_eq!(tag, CODEC_ZSTD);
         assert!(buf.len() - 3 < original.len() / 4);
         let back = decode(tag, &buf[3..], original.len() as u32, &p);
@@ -206,7 +200,10 @@ mod tests {
         assert_eq!(decode(CODEC_LZ4, b"junk", 10, &p), vec![0u8; 10]);
         // Off: nothing changes.
         let mut raw = original.clone();
-        assert_eq!(Compression::off().encode(&mut raw, 0, &p), CODEC_NONE);
+        assert_eq!(
+            Compression::off().encode(&mut raw, 0, &p, || None),
+            CODEC_NONE
+        );
         assert_eq!(raw, original);
     }
 }

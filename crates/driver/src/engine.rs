@@ -390,7 +390,9 @@ pub(crate) fn read_next_block(
         }
         // Compressed in place (P-30): the block's bytes in `buf[at..]`
         // become what goes on the wire.
-        let codec = sh.compression.encode(buf, at, sh.progress);
+        let codec = sh.compression.encode(buf, at, sh.progress, || {
+            crate::net::tcp_path_rate(sh.sockets.get(1..).unwrap_or(&[]))
+        });
         return Some((block, hash, codec));
     }
     None

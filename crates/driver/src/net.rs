@@ -174,3 +174,39 @@ pub fn listen(addr: &SocketAddr, tuning: &Tuning) -> std::io::Result<std::net::T
 pub fn tune_accepted(stream: &TcpStream, tuning: &Tuning) {
     tuning.apply(&socket2::SockRef::from(stream));
 }
+
+/// What TCP connections could carry now, in bytes per second: for each,
+/// its congestion window over its smoothed round trip (`TCP_INFO`),
+/// summed. A window the sender does not fill does not grow, so this is
+/// what sending raw would reach, whether or not the sender is busy
+/// compressing. `None` if no connection reports it.
+pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
+    let mut total = 0.0;
+    let mut any = false;
+    for s in sockets {
+        // SAFETY: `tcp_info` is plain old data; getsockopt writes at most
+        // `len` bytes into it on a descriptor we own.
+        let info = unsafe {
+            let mut info: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            let rc = libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                &mut info as *mut libc::tcp_info as *mut libc::c_void,
+                &mut len,
+            );
+            if rc != 0 {
+                continue;
+            }
+            info
+        };
+        if info.tcpi_rtt == 0 {
+            continue;
+        }
+        let window = info.tcpi_snd_cwnd as f64 * info.tcpi_snd_mss as f64;
+        total += window / (info.tcpi_rtt as f64 * 1e-6);
+        any = true;
+    }
+    any.then_some(total)
+}
