@@ -128,18 +128,7 @@ mod tests {
     use crate::cdc::chunks;
     use proptest::prelude::*;
 
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            v.extend_from_slice(&x.to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
+    use codec::samples::noise;
 
     fn rebuild(source: &[u8], basis: &[u8]) -> (Vec<u8>, Plan) {
         let plan = Plan::new(&chunks(source), &Index::new(&chunks(basis)));

@@ -280,19 +280,24 @@ mod tests {
     use super::*;
     use wire::EntryKind;
 
-    #[test]
-    fn detects_a_source_that_changed_between_reads() {
-        let e = Entry {
-            id: 0,
-            path: b"f".to_vec(),
+    /// A manifest entry for a file of `size` bytes.
+    fn file_entry(id: u32, path: &[u8], size: u64) -> Entry {
+        Entry {
+            id,
+            path: path.to_vec(),
             kind: EntryKind::File {
-                size: 8,
+                size,
                 mode: 0,
                 mtime: 0,
                 mtime_nsec: 0,
             },
             target: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn detects_a_source_that_changed_between_reads() {
+        let e = file_entry(0, b"f", 8);
         let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
         let now = Instant::now();
         let Next::Send(b) = tx.next_block(now) else {
@@ -319,17 +324,7 @@ mod tests {
 
     #[test]
     fn zero_blocks_are_announced_in_batches_after_the_manifest() {
-        let e = Entry {
-            id: 0,
-            path: b"z".to_vec(),
-            kind: EntryKind::File {
-                size: 12,
-                mode: 0,
-                mtime: 0,
-                mtime_nsec: 0,
-            },
-            target: vec![],
-        };
+        let e = file_entry(0, b"z", 12);
         let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
         let now = Instant::now();
         for _ in 0..3 {
@@ -351,17 +346,7 @@ mod tests {
 
     #[test]
     fn announces_manifest_and_empty_file_digest() {
-        let e = Entry {
-            id: 3,
-            path: b"empty".to_vec(),
-            kind: EntryKind::File {
-                size: 0,
-                mode: 0,
-                mtime: 0,
-                mtime_nsec: 0,
-            },
-            target: vec![],
-        };
+        let e = file_entry(3, b"empty", 0);
         let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
         assert!(matches!(tx.poll_control(), Some(Msg::Entry(_))));
         assert!(matches!(
