@@ -56,9 +56,12 @@ fn round_trip_time_matches_the_delay() {
         1500,
     );
     let server = echo_in_b(&emu, 9100);
+    // Enough echoes that the minimum is the link's, not a moment when the
+    // other tests of this binary (a bulk flow) held both cores.
+    const ECHOES: u8 = 30;
     let echo = std::thread::spawn(move || {
         let mut buf = [0u8; 64];
-        for _ in 0..10 {
+        for _ in 0..ECHOES {
             if let Ok((n, from)) = server.recv_from(&mut buf) {
                 let _ = server.send_to(&buf[..n], from);
             }
@@ -66,7 +69,7 @@ fn round_trip_time_matches_the_delay() {
     });
     let client = socket_in_a(&emu);
     let mut rtts = Vec::new();
-    for i in 0..10u8 {
+    for i in 0..ECHOES {
         let t = Instant::now();
         client.send_to(&[i; 32], (ADDR_B, 9100)).unwrap();
         let mut buf = [0u8; 64];
@@ -76,11 +79,16 @@ fn round_trip_time_matches_the_delay() {
     }
     drop(client);
     echo.join().unwrap();
-    assert!(rtts.len() >= 9, "lost echoes: {rtts:?}");
+    assert!(
+        rtts.len() >= ECHOES as usize * 9 / 10,
+        "lost echoes: {rtts:?}"
+    );
     let min = rtts.iter().min().unwrap().as_secs_f64() * 1e3;
     let mean = rtts.iter().map(|d| d.as_secs_f64()).sum::<f64>() / rtts.len() as f64 * 1e3;
     assert!(
-        (40.0..43.0).contains(&min),
+        // The emulator releases packets due within 100 µs together
+        // (forward.rs, MAX_SLACK), so each way may be that much early.
+        (39.8..43.0).contains(&min),
         "min RTT {min:.2} ms, expected 40"
     );
     assert!(mean < 45.0, "mean RTT {mean:.2} ms");
