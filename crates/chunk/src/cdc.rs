@@ -29,6 +29,30 @@ pub fn chunks(data: &[u8]) -> Vec<ChunkRef> {
         .collect()
 }
 
+/// The chunks of everything `source` yields, read as it goes (a file of
+/// any size is never held in memory); the same chunks as [`chunks`] gives
+/// for the same bytes. `each` sees every chunk's bytes as it is cut.
+pub fn chunks_of(
+    source: impl std::io::Read,
+    mut each: impl FnMut(&ChunkRef, &[u8]),
+) -> std::io::Result<Vec<ChunkRef>> {
+    let mut out = Vec::new();
+    for c in fastcdc::v2020::StreamCDC::new(source, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
+        let c = c.map_err(|e| match e {
+            fastcdc::v2020::Error::IoError(e) => e,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        let r = ChunkRef {
+            offset: c.offset,
+            len: c.length as u32,
+            hash: *blake3::hash(&c.data).as_bytes(),
+        };
+        each(&r, &c.data);
+        out.push(r);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +74,7 @@ mod tests {
         }
         assert_eq!(next, data.len() as u64);
         assert!(chunks(&[]).is_empty());
+        let streamed = chunks_of(&data[..], |_, _| {}).unwrap();
+        assert_eq!(streamed, c);
     }
 }

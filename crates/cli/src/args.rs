@@ -26,6 +26,11 @@ pub enum Command {
     /// or to a `haul serve` daemon.
     #[command(after_help = CP_HELP)]
     Cp(CpArgs),
+    /// Bring a destination up to date: `cp -r -p --update` (rsync -a):
+    /// files whose size and time match are skipped, others are sent as
+    /// the chunks the destination lacks.
+    #[command(after_help = CP_HELP)]
+    Sync(CpArgs),
     /// Serve one directory tree to authenticated clients.
     #[command(after_help = crate::exit::HELP)]
     Serve(ServeArgs),
@@ -110,6 +115,28 @@ pub struct CpArgs {
     /// sent, whatever this says.
     #[arg(long, default_value = "auto", value_name = "MODE", value_parser = parse_compress)]
     pub compress: codec::Mode,
+    /// Skip files already in place: same size and modification time (or,
+    /// with --checksum, same content), like rsync's quick check. Keep
+    /// times with -p, or every file looks changed next time.
+    #[arg(short, long)]
+    pub update: bool,
+    /// With --update (implied): compare file contents by hash instead of
+    /// times; both sides read every file first, as rsync -c does.
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
+    /// Do not match files against what the receiver holds. By default a
+    /// file that already exists at the destination (or --basis) is cut
+    /// into content-defined chunks, and only the chunks the receiver
+    /// lacks cross the wire.
+    #[arg(long)]
+    pub no_dedup: bool,
+    /// A file on the receiving side to take unchanged chunks from, for a
+    /// single file whose destination does not exist yet (an older version
+    /// under another name). Remote paths follow the usual rules.
+    #[arg(long, value_name = "FILE")]
+    pub basis: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
     /// Block size: 64K to 16M.
     #[arg(long, default_value = "1M", value_parser = parse_block_size)]
     pub block_size: u32,
@@ -208,7 +235,24 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
     #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
     pub common: Common,
+}
+
+/// The receiving side's chunk cache.
+#[derive(Args, Clone)]
+pub struct CacheArgs {
+    /// Keep every chunk received in DIR, and let later transfers copy any
+    /// chunk seen before, in any file, instead of receiving it (a byte
+    /// cache, like a WAN optimizer's). Used by the receiving side: pulls
+    /// keep it here; a push over ssh keeps it on the remote host (DIR is a
+    /// path there); a daemon uses its own `serve --cache`.
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Most bytes the cache keeps; the least recently used go first.
+    #[arg(long, value_name = "SIZE", default_value = "10G", value_parser = parse_size)]
+    pub cache_size: u64,
 }
 
 #[derive(Args)]
@@ -219,6 +263,21 @@ pub struct KeygenArgs {
     /// Comment stored with the public key.
     #[arg(short = 'C', long)]
     pub comment: Option<String>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        Some('T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{s:?} is not a size; write it like 10G, 500M or 4096"))
 }
 
 fn parse_rate(s: &str) -> Result<u64, String> {

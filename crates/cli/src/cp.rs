@@ -174,6 +174,18 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     let peer = plan.peer().clone();
     let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
     let ssh = use_ssh(&a, &peer, &known_hosts)?;
+    let is_pull = matches!(plan, Plan::Pull { .. });
+    if !ssh && !is_pull && a.cache.cache.is_some() {
+        return Err(usage(
+            "--cache on a push names the receiving side's cache; a daemon's is set by `haul serve --cache`",
+        ));
+    }
+    let cache = match (&a.cache.cache, is_pull) {
+        (Some(dir), true) => {
+            store::cache::open_for_transfer(dir, a.cache.cache_size)?.map(std::sync::Arc::new)
+        }
+        _ => None,
+    };
     if !ssh && a.remote_ports.is_some() {
         return Err(usage(
             "--remote-ports is for a remote side started over ssh; a daemon's data ports are set by `haul serve --data-ports`",
@@ -208,6 +220,14 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
         },
         preserve: a.preserve,
         compress: a.compress,
+        sync: wire::SyncOptions {
+            dedup: !a.no_dedup,
+            update: a.update || a.checksum,
+            checksum: a.checksum,
+            ..Default::default()
+        },
+        basis: a.basis.clone(),
+        cache,
         tuning: Tuning::auto(a.cc.clone()),
         connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
         notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
@@ -227,6 +247,14 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             user: peer.user.clone(),
             host: peer.host.clone(),
             remote_ports: a.remote_ports,
+            remote_extra: match (&a.cache.cache, is_pull) {
+                (Some(dir), false) => format!(
+                    " --cache {} --cache-size {}",
+                    shell_words::quote(&dir.to_string_lossy()),
+                    a.cache.cache_size
+                ),
+                _ => String::new(),
+            },
         };
         let (conn, link) = driver::ssh::connect(cfg, &spec, a.through_ssh)?;
         Ok((conn, Some(link)))

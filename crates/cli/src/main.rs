@@ -15,6 +15,10 @@ fn main() {
     let cli = args::Cli::parse();
     let code = match cli.command {
         args::Command::Cp(a) => cp::run(a),
+        args::Command::Sync(mut a) => {
+            (a.recursive, a.preserve, a.update) = (true, true, true);
+            cp::run(a)
+        }
         args::Command::Serve(a) => serve::run(a),
         args::Command::Keygen(a) => serve::keygen(a),
     };

@@ -145,6 +145,12 @@ pub struct Json<'a> {
     pub saved_zero_bytes: u64,
     /// File bytes of compressed blocks less their bytes on the wire.
     pub saved_compression_bytes: u64,
+    /// File bytes the receiver copied from what it already held (its old
+    /// version of the file, or --basis) instead of receiving them.
+    pub saved_dedup_bytes: u64,
+    /// Files (and their bytes) already in place, not sent (--update).
+    pub skipped_files: u64,
+    pub skipped_bytes: u64,
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
@@ -187,6 +193,9 @@ pub fn json(r: &Report, direction: &str) -> String {
         route: route_name(r.route),
         saved_zero_bytes: r.zero_bytes,
         saved_compression_bytes: r.compress_saved,
+        saved_dedup_bytes: r.dedup_saved,
+        skipped_files: r.skipped_files,
+        skipped_bytes: r.skipped_bytes,
         udp: r.udp.map(|u| UdpJson {
             datagram_bytes: u.payload,
             datagrams_sent: u.sent,
@@ -262,6 +271,17 @@ pub fn text(r: &Report) -> String {
     }
     if r.compress_saved > 0 {
         zeros += &format!(", {} saved by compression", bytes(r.compress_saved));
+    }
+    if r.dedup_saved > 0 {
+        zeros += &format!(", {} already at the receiver (dedup)", bytes(r.dedup_saved));
+    }
+    if r.skipped_files > 0 {
+        zeros += &format!(
+            "; {} file{} ({}) already up to date, skipped",
+            r.skipped_files,
+            if r.skipped_files == 1 { "" } else { "s" },
+            bytes(r.skipped_bytes)
+        );
     }
     let head = format!(
         "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \

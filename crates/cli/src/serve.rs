@@ -37,16 +37,31 @@ fn stdio(a: ServeArgs) -> i32 {
         Ok(l) => l,
         Err(m) => return fail(ErrorCode::BadRequest, m),
     };
+    let cache = match open_cache(&a) {
+        Ok(c) => c,
+        Err(e) => return fail(e.code(), e.message),
+    };
     let opts = driver::ssh::StdioOptions {
         root,
         listen,
         data_ports: a.data_ports,
         tuning: Tuning::auto(a.cc.clone()),
+        cache,
     };
     match driver::ssh::serve_stdio(opts) {
         Ok(()) => exit::OK,
         Err(e) => fail(e.code, e.message),
     }
+}
+
+/// `--cache DIR`, opened for every push this server receives.
+fn open_cache(
+    a: &ServeArgs,
+) -> Result<Option<std::sync::Arc<store::ChunkCache>>, store::StoreError> {
+    let Some(dir) = &a.cache.cache else {
+        return Ok(None);
+    };
+    Ok(store::cache::open_for_transfer(dir, a.cache.cache_size)?.map(std::sync::Arc::new))
 }
 
 pub fn run(a: ServeArgs) -> i32 {
@@ -82,6 +97,19 @@ pub fn run(a: ServeArgs) -> i32 {
             authorized_keys.display()
         ),
     }
+    let cache = match open_cache(&a) {
+        Ok(c) => c,
+        Err(e) => return fail(exit::code(e.code()), e.message),
+    };
+    if let (Some(c), Some(dir)) = (&cache, &a.cache.cache) {
+        eprintln!(
+            "haul serve: chunk cache {}: {} chunks, {} MiB (at most {} MiB)",
+            dir.display(),
+            c.len(),
+            c.bytes() >> 20,
+            a.cache.cache_size >> 20
+        );
+    }
     let tuning = Tuning::auto(a.cc.clone());
     let limits = net::BufferLimits::read();
     if tuning.force_buffer.is_none() {
@@ -101,6 +129,7 @@ pub fn run(a: ServeArgs) -> i32 {
         tuning: tuning.clone(),
         max_sessions: a.max_sessions.max(1),
         data_ports: a.data_ports,
+        cache,
     };
     let fingerprint = cfg.key.public.fingerprint();
     let res = driver::serve(cfg, |addr| {

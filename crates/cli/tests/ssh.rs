@@ -347,7 +347,8 @@ fn stdio_server_listens_in_the_data_port_range() {
         .unwrap();
     drop(child.stdin.take());
     let _ = child.wait();
-    assert!(line.starts_with("haul-ssh 3 "), "{line}");
+    let head = format!("haul-ssh {} ", wire::PROTOCOL_VERSION);
+    assert!(line.starts_with(&head), "{line}");
     assert!(line.contains(&format!(" port={port}")), "{line}");
     assert!(line.contains(" addr=127.0.0.1"), "{line}");
 }

@@ -579,3 +579,262 @@ fn compressed_blocks_both_ways_on_both_transports() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a compression"));
 }
+
+/// The JSON summary of a successful `haul cp --json`.
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    ok(out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn an_existing_destination_is_a_basis_both_ways_on_both_transports() {
+    let env = Env::new();
+    let server = env.serve();
+    // 16 MiB of random data, then the same with 1 MiB inserted in the
+    // middle and 1 MiB appended.
+    let old = random_bytes(16 << 20, 21);
+    let mut new = old[..8 << 20].to_vec();
+    new.extend_from_slice(&random_bytes(1 << 20, 22));
+    new.extend_from_slice(&old[8 << 20..]);
+    new.extend_from_slice(&random_bytes(1 << 20, 23));
+    let src = env.local.join("new.bin");
+    write_file(&src, &new);
+    for transport in ["tcp", "udp"] {
+        let name = format!("pushed-{transport}.bin");
+        write_file(&env.root.join(&name), &old);
+        let json = json_of(&env.cp(&[
+            "--json",
+            "--compress",
+            "none",
+            "--transport",
+            transport,
+            src.to_str().unwrap(),
+            &env.remote(&server, &name),
+        ]));
+        assert!(
+            fs::read(env.root.join(&name)).unwrap() == new,
+            "{transport}: push differs"
+        );
+        let saved = json["saved_dedup_bytes"].as_u64().unwrap();
+        assert!(
+            saved >= 15 << 20,
+            "{transport}: only {saved} bytes deduplicated: {json}"
+        );
+        assert!(
+            json["wire_bytes"].as_u64().unwrap() < 3 << 20,
+            "{transport}: {json}"
+        );
+
+        // Pull: the local old copy is the basis.
+        let back = env.local.join(format!("back-{transport}.bin"));
+        write_file(&back, &old);
+        let json = json_of(&env.cp(&[
+            "--json",
+            "--compress",
+            "none",
+            "--transport",
+            transport,
+            &env.remote(&server, &name),
+            back.to_str().unwrap(),
+        ]));
+        assert!(fs::read(&back).unwrap() == new, "{transport}: pull differs");
+        assert!(
+            json["saved_dedup_bytes"].as_u64().unwrap() >= 15 << 20,
+            "{json}"
+        );
+        assert!(json["wire_bytes"].as_u64().unwrap() < 3 << 20, "{json}");
+    }
+    // --no-dedup sends everything; --basis names another file.
+    let name = "other.bin";
+    write_file(&env.root.join(name), &old);
+    let json = json_of(&env.cp(&[
+        "--json",
+        "--compress",
+        "none",
+        "--no-dedup",
+        src.to_str().unwrap(),
+        &env.remote(&server, name),
+    ]));
+    assert_eq!(json["saved_dedup_bytes"], 0, "{json}");
+    assert!(json["wire_bytes"].as_u64().unwrap() > 18 << 20, "{json}");
+    let json = json_of(&env.cp(&[
+        "--json",
+        "--compress",
+        "none",
+        "--basis",
+        "pushed-tcp.bin",
+        src.to_str().unwrap(),
+        &env.remote(&server, "fresh.bin"),
+    ]));
+    assert!(fs::read(env.root.join("fresh.bin")).unwrap() == new);
+    assert!(
+        json["saved_dedup_bytes"].as_u64().unwrap() >= 17 << 20,
+        "{json}"
+    );
+    assert!(temporaries(&env.root).is_empty());
+}
+
+#[test]
+fn a_destination_changed_throughout_is_still_partly_reused() {
+    let env = Env::new();
+    let server = env.serve();
+    let data = random_bytes(6 << 20, 31);
+    let src = env.local.join("f.bin");
+    write_file(&src, &data);
+    let dest = env.root.join("f.bin");
+    let mut stale = data.clone();
+    write_file(&dest, &stale);
+    // Same size, one byte changed in every MiB: only the chunks around
+    // those bytes are sent.
+    for i in (0..stale.len()).step_by(1 << 20) {
+        stale[i] ^= 0xff;
+    }
+    write_file(&dest, &stale);
+    let json = json_of(&env.cp(&[
+        "--json",
+        src.to_str().unwrap(),
+        &env.remote(&server, "f.bin"),
+    ]));
+    assert!(fs::read(&dest).unwrap() == data);
+    let saved = json["saved_dedup_bytes"].as_u64().unwrap();
+    assert!(saved > 2 << 20 && saved < 6 << 20, "{json}");
+}
+
+#[test]
+fn update_skips_files_in_place_and_checksum_compares_content() {
+    let env = Env::new();
+    let server = env.serve();
+    let tree = env.local.join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    for (i, name) in ["a", "b", "sub/c"].iter().enumerate() {
+        write_file(
+            &tree.join(name),
+            &random_bytes(300_000 + i * 1000, 40 + i as u64),
+        );
+    }
+    let sync = |extra: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_haul"));
+        c.arg("sync")
+            .args(extra)
+            .args(["--json", tree.to_str().unwrap(), &env.remote(&server, "")])
+            .env("HAUL_HOME", &env.home)
+            .stdin(std::process::Stdio::null());
+        json_of(&c.output().unwrap())
+    };
+    let first = sync(&[]);
+    assert_eq!(first["files"], 3, "{first}");
+    assert_same_tree(&tree, &env.root.join("tree"));
+    // Nothing changed: everything is skipped.
+    let second = sync(&[]);
+    assert_eq!(second["skipped_files"], 3, "{second}");
+    assert_eq!(second["files"], 0, "{second}");
+    // One file changes, keeping its size and time: the quick check
+    // misses it, --checksum does not.
+    let b = tree.join("b");
+    let mtime = fs::metadata(&b).unwrap().modified().unwrap();
+    let mut changed = fs::read(&b).unwrap();
+    changed[1000] ^= 1;
+    write_file(&b, &changed);
+    fs::File::options()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let quick = sync(&[]);
+    assert_eq!(quick["skipped_files"], 3, "{quick}");
+    let checked = sync(&["--checksum"]);
+    assert_eq!(checked["skipped_files"], 2, "{checked}");
+    assert_eq!(checked["files"], 1, "{checked}");
+    assert!(
+        checked["saved_dedup_bytes"].as_u64().unwrap() > 200_000,
+        "{checked}"
+    );
+    assert_same_tree(&tree, &env.root.join("tree"));
+    // A newer time sends the file again.
+    let c = tree.join("sub/c");
+    write_file(&c, &random_bytes(5000, 49));
+    let third = sync(&[]);
+    assert_eq!(third["skipped_files"], 2, "{third}");
+    assert_eq!(third["files"], 1, "{third}");
+    assert_same_tree(&tree, &env.root.join("tree"));
+}
+
+#[test]
+fn the_chunk_cache_serves_chunks_seen_in_earlier_transfers() {
+    let env = Env::new();
+    let cache = env.dir.path().join("server-cache");
+    let server = env.serve_with(&["--cache", cache.to_str().unwrap()]);
+    let data = random_bytes(12 << 20, 51);
+    let src = env.local.join("backup.tar");
+    write_file(&src, &data);
+    let first = json_of(&env.cp(&[
+        "--json",
+        src.to_str().unwrap(),
+        &env.remote(&server, "b1.tar"),
+    ]));
+    assert_eq!(first["saved_dedup_bytes"], 0, "{first}");
+    // The same bytes, with 1 MiB appended, to a new name: the receiver
+    // has no old version of it, but its cache has the chunks.
+    let mut grown = data.clone();
+    grown.extend_from_slice(&random_bytes(1 << 20, 52));
+    write_file(&src, &grown);
+    for transport in ["tcp", "udp"] {
+        let name = format!("b2-{transport}.tar");
+        let again = json_of(&env.cp(&[
+            "--json",
+            "--compress",
+            "none",
+            "--transport",
+            transport,
+            src.to_str().unwrap(),
+            &env.remote(&server, &name),
+        ]));
+        assert!(
+            fs::read(env.root.join(&name)).unwrap() == grown,
+            "{transport}"
+        );
+        assert!(
+            again["saved_dedup_bytes"].as_u64().unwrap() >= 11 << 20,
+            "{transport}: {again}"
+        );
+        assert!(
+            again["wire_bytes"].as_u64().unwrap() < 2 << 20,
+            "{transport}: {again}"
+        );
+    }
+    // A pull keeps its cache on this side.
+    let local_cache = env.dir.path().join("client-cache");
+    let cache_arg = local_cache.to_str().unwrap();
+    let back = env.local.join("back.tar");
+    json_of(&env.cp(&[
+        "--json",
+        "--cache",
+        cache_arg,
+        &env.remote(&server, "b1.tar"),
+        back.to_str().unwrap(),
+    ]));
+    fs::remove_file(&back).unwrap();
+    let other = env.local.join("other.tar");
+    let pulled = json_of(&env.cp(&[
+        "--json",
+        "--cache",
+        cache_arg,
+        &env.remote(&server, "b2-tcp.tar"),
+        other.to_str().unwrap(),
+    ]));
+    assert!(fs::read(&other).unwrap() == grown);
+    assert!(
+        pulled["saved_dedup_bytes"].as_u64().unwrap() >= 11 << 20,
+        "{pulled}"
+    );
+    // A push to a daemon cannot name the daemon's cache.
+    let out = env.cp(&[
+        "--cache",
+        cache_arg,
+        src.to_str().unwrap(),
+        &env.remote(&server, "x"),
+    ]);
+    let err = fails(&out, 2);
+    assert!(err.contains("serve --cache"), "{err}");
+}

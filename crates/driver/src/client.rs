@@ -102,6 +102,12 @@ pub struct ClientConfig {
     pub preserve: bool,
     /// `--compress`: how the sending side compresses blocks (P-30).
     pub compress: codec::Mode,
+    /// Deduplication and sync (P-31, P-32); `gated` is decided here.
+    pub sync: wire::SyncOptions,
+    /// `--basis`: the basis of the one file sent, on the receiving side.
+    pub basis: Option<String>,
+    /// `--cache`: this side's chunk cache, when it receives (pull).
+    pub cache: Option<Arc<store::ChunkCache>>,
     pub tuning: Tuning,
     pub connect_timeout: Duration,
     /// Shows the user a notice: a server key pinned for the first time, a
@@ -128,6 +134,11 @@ pub struct Report {
     /// Bytes saved by compression: file bytes of compressed blocks less
     /// their bytes on the wire (P-30).
     pub compress_saved: u64,
+    /// File bytes the receiver copied from what it held (P-31).
+    pub dedup_saved: u64,
+    /// Files found already in place and not sent (P-32), and their bytes.
+    pub skipped_files: u64,
+    pub skipped_bytes: u64,
     /// File bytes in all-zero blocks, announced instead of sent (P-29).
     pub zero_bytes: u64,
     pub duration: Duration,
@@ -171,6 +182,9 @@ impl Tail {
             route: Route::Daemon,
             zero_bytes: get(&p.zero_bytes),
             compress_saved: get(&p.compressed_in).saturating_sub(get(&p.compressed_out)),
+            dedup_saved: get(&p.dedup_bytes),
+            skipped_files: get(&p.skipped_files),
+            skipped_bytes: get(&p.skipped_bytes),
             udp,
             duration: self.started.elapsed(),
             summary,
@@ -404,6 +418,7 @@ impl Connected {
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn request(
         &mut self,
         op: Op,
@@ -412,7 +427,8 @@ impl Connected {
         many_sources: bool,
         contents: bool,
         streams: u16,
-    ) -> Result<DataPlan, TransferError> {
+        gated: bool,
+    ) -> Result<(DataPlan, bool), TransferError> {
         let protection = match self.cfg.protection {
             Protection::Aes256Gcm => PROTECT_AES256GCM,
             Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
@@ -436,18 +452,27 @@ impl Connected {
             preserve: self.cfg.preserve,
             compress: crate::compress::mode_to_wire(self.cfg.compress).0,
             compress_level: crate::compress::mode_to_wire(self.cfg.compress).1,
+            sync: wire::SyncOptions {
+                gated,
+                ..self.cfg.sync
+            },
+            basis: match op {
+                Op::Push => self.cfg.basis.clone().unwrap_or_default(),
+                Op::Pull => String::new(),
+            },
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("sending the request", &e))?;
-        let (session, streams, udp_port) = match self.ctrl_r.read_msg() {
+        let (session, streams, udp_port, server_gated) = match self.ctrl_r.read_msg() {
             Ok(Some(Msg::Accept {
                 session,
                 streams,
                 udp_port,
-            })) => (session, streams, udp_port),
+                gated,
+            })) => (session, streams, udp_port, gated),
             Ok(Some(Msg::Error { code, message })) => {
                 return Err(TransferError::new(code, format!("server: {message}")))
             }
@@ -485,7 +510,7 @@ impl Connected {
                             udp_payload: link.payload as u16,
                         })
                         .map_err(|e| TransferError::lost("confirming the UDP channel", &e))?;
-                    return Ok(DataPlan::Udp(Box::new(link)));
+                    return Ok((DataPlan::Udp(Box::new(link)), server_gated));
                 }
                 Err(why) if self.cfg.transport == Transport::Udp => {
                     let message = format!("UDP data channel failed: {why}; try --transport tcp");
@@ -521,7 +546,7 @@ impl Connected {
                 client_join(s, &self.keys, i, self.cfg.protection, &progress)
             })
             .collect::<Result<Vec<_>, _>>()
-            .map(DataPlan::Tcp)
+            .map(|c| (DataPlan::Tcp(c), server_gated))
     }
 
     /// Sets up the UDP channel to the server's `port`: hello, path-MTU
@@ -606,13 +631,14 @@ impl Connected {
                 .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
                 .count() as u64,
         );
-        let plan = self.request(
+        let (plan, gated) = self.request(
             Op::Push,
             vec![dest.to_string()],
             recursive,
             many_sources,
             contents,
             streams,
+            false,
         )?;
         let sources = Sources::new(walked.paths);
         let (path, streams, window_bytes) = match plan {
@@ -623,7 +649,10 @@ impl Connected {
             }
             DataPlan::Udp(link) => (SendPath::Udp(link), 0, UDP_SEND_WINDOW),
         };
-        let session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
+        let mut session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
+        if gated {
+            crate::dedup::gate_sender(&mut session, &self.cfg.sync, &sources, self.cfg.block_size)?;
+        }
         let how = Sending {
             rate: self.cfg.rate,
             compress: self.cfg.compress,
@@ -650,7 +679,23 @@ impl Connected {
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
-        let plan = self.request(Op::Pull, sources, recursive, false, contents, streams)?;
+        let opts = crate::dedup::ReceiveOptions {
+            dedup: self.cfg.sync.dedup,
+            update: self.cfg.sync.update,
+            checksum: self.cfg.sync.checksum,
+            basis: self.cfg.basis.as_ref().map(Into::into),
+            cache: self.cfg.cache.clone(),
+        };
+        let gated = opts.gated(sink.destination_exists());
+        let (plan, _) = self.request(
+            Op::Pull,
+            sources,
+            recursive,
+            false,
+            contents,
+            streams,
+            gated,
+        )?;
         let (path, streams) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;
@@ -663,12 +708,17 @@ impl Connected {
         };
         let (block_size, progress, tail) =
             (self.cfg.block_size, self.progress.clone(), self.tail());
+        let mut session = ReceiverSession::new(block_size);
+        if gated {
+            crate::dedup::gate_receiver(&mut session, &self.cfg.sync, &opts);
+        }
         let summary = run_receiver(
             self.ctrl_r,
             self.ctrl_w,
             path,
-            ReceiverSession::new(block_size),
+            session,
             sink,
+            &opts,
             &progress,
         )?;
         Ok(tail.report(summary, streams, 0, window))

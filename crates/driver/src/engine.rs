@@ -24,13 +24,14 @@ use session::{block_hash, Action, BlockVerdict, Next, ReceiverSession, SenderSes
 use store::{Sink, Sources};
 use wire::{BlockHeader, ErrorCode, Msg, Summary, BLOCK_HEADER_LEN};
 
-use crate::compress::{self, Compression};
+use crate::compress::Compression;
 use crate::datagram::UdpLink;
+use crate::dedup::{Bases, Question, ReceiveOptions};
 use crate::error::TransferError;
 use crate::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
 use crate::progress::Progress;
 
-const POLL: Duration = Duration::from_millis(50);
+pub(crate) const POLL: Duration = Duration::from_millis(50);
 /// How long a block may wait for its file's manifest entry.
 const ENTRY_WAIT: Duration = Duration::from_secs(60);
 /// How long a broken data stream waits for the peer's stated reason.
@@ -266,6 +267,7 @@ fn run_sender_with(
             scope.spawn(move || crate::datagram::send::run(sh, link, sources, rate, acks_rx));
         }
         scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r, acks_tx));
+        scope.spawn(|| crate::dedup::planner(&sh, sources));
         // This thread writes control messages.
         loop {
             let msgs: Vec<Msg> = {
@@ -328,6 +330,8 @@ fn sender_control_reader(
                 Progress::set(&sh.progress.done_bytes, st.acked_bytes);
                 Progress::set(&sh.progress.done_files, st.files_done);
                 Progress::set(&sh.progress.retransmitted, st.retransmitted);
+                Progress::set(&sh.progress.skipped_files, st.skipped_files);
+                Progress::set(&sh.progress.skipped_bytes, st.skipped_bytes);
                 let finished = st.finished().is_some();
                 drop(st);
                 if finished {
@@ -370,7 +374,7 @@ pub(crate) fn read_next_block(
         }
         let hash = block_hash(&buf[at..]);
         let zero = codec::is_zero(&buf[at..]);
-        {
+        let parts = {
             let mut st = sh.lock();
             if let Err(e) = st.block_read(&block, hash) {
                 drop(st);
@@ -382,18 +386,32 @@ pub(crate) fn read_next_block(
             if zero {
                 st.block_zero(&block);
             }
-        }
+            if zero {
+                None
+            } else {
+                st.block_parts(&block)
+            }
+        };
         sh.cv.notify_all();
         if zero {
             Progress::add(&sh.progress.zero_bytes, block.len as u64);
             continue;
         }
-        // Compressed in place (P-30): the block's bytes in `buf[at..]`
-        // become what goes on the wire.
+        // A delta program against what the receiver holds (P-31), when
+        // shorter: it replaces the block, and is what may be compressed.
+        let (mut at, mut delta) = (at, 0);
+        if let Some((parts, literal)) = parts {
+            if crate::dedup::encode(buf, at, &parts) {
+                Progress::add(&sh.progress.dedup_bytes, (block.len - literal) as u64);
+                (at, delta) = (at + 4, wire::CODEC_DELTA);
+            }
+        }
+        // Compressed in place (P-30): the bytes in `buf[at..]` become what
+        // goes on the wire.
         let codec = sh.compression.encode(buf, at, sh.progress, || {
             crate::net::tcp_path_rate(sh.sockets.get(1..).unwrap_or(&[]))
         });
-        return Some((block, hash, codec));
+        return Some((block, hash, codec | delta));
     }
     None
 }
@@ -441,6 +459,7 @@ pub fn run_receiver(
     path: RecvPath,
     session: ReceiverSession,
     sink: &Sink,
+    opts: &ReceiveOptions,
     progress: &Progress,
 ) -> Result<Summary, TransferError> {
     let (data, udp) = match path {
@@ -453,15 +472,31 @@ pub fn run_receiver(
     )?;
     let sh = Shared::new(session, ctrl_w, sockets, progress);
     let (fin_tx, fin_rx) = mpsc::channel::<(u32, u32, i64, u32)>();
-    let block_size = sh.lock().block_size();
+    let (block_size, gated) = {
+        let st = sh.lock();
+        (st.block_size(), st.is_gated())
+    };
+    let (q_tx, q_rx) = mpsc::channel();
+    let (cache_tx, cache_rx) = mpsc::channel();
     let rx = Receiving {
         block_size,
         sh: &sh,
         sink,
         fin_tx,
+        opts,
+        bases: Bases::default(),
+        questions: gated.then_some(q_tx),
+        placed: opts.cache.is_some().then_some(cache_tx),
+        caching: std::sync::atomic::AtomicU64::new(0),
     };
     std::thread::scope(|scope| {
         let rx = &rx;
+        if gated {
+            scope.spawn(move || rx.answerer(q_rx));
+        }
+        if let Some(cache) = &opts.cache {
+            scope.spawn(move || rx.cacher(cache, cache_rx));
+        }
         for r in data {
             scope.spawn(move || rx.receive_blocks(r));
         }
@@ -514,12 +549,19 @@ pub fn run_receiver(
 pub(crate) struct Receiving<'a, 'p> {
     pub(crate) block_size: u32,
     pub(crate) sh: &'a Shared<'p, ReceiverSession>,
-    sink: &'a Sink,
+    pub(crate) sink: &'a Sink,
     fin_tx: mpsc::Sender<(u32, u32, i64, u32)>,
+    pub(crate) opts: &'a ReceiveOptions,
+    pub(crate) bases: Bases,
+    /// Files for the answerer, in a gated session (P-31).
+    questions: Option<mpsc::Sender<Question>>,
+    /// Files placed, for the chunk cache, and how many it has yet to take.
+    placed: Option<mpsc::Sender<std::path::PathBuf>>,
+    pub(crate) caching: std::sync::atomic::AtomicU64,
 }
 
 impl Receiving<'_, '_> {
-    fn drain(st: &mut ReceiverSession) -> Vec<Action> {
+    pub(crate) fn drain(st: &mut ReceiverSession) -> Vec<Action> {
         std::iter::from_fn(|| st.poll_action()).collect()
     }
 
@@ -534,7 +576,7 @@ impl Receiving<'_, '_> {
     }
 
     /// Carries out the session's actions; some produce further actions.
-    fn execute(&self, mut actions: Vec<Action>) -> Result<(), TransferError> {
+    pub(crate) fn execute(&self, mut actions: Vec<Action>) -> Result<(), TransferError> {
         while !actions.is_empty() {
             let mut more = Vec::new();
             for a in actions {
@@ -543,7 +585,22 @@ impl Receiving<'_, '_> {
                     Action::MakeSymlink { path, target, .. } => {
                         self.sink.make_symlink(&path, &target)?
                     }
-                    Action::OpenFile { id, path, size } => {
+                    Action::OpenFile {
+                        id,
+                        path,
+                        size,
+                        mtime,
+                        mtime_nsec,
+                    } => {
+                        if let (Some(q), true) = (&self.questions, size > 0) {
+                            let _ = q.send(Question {
+                                id,
+                                path,
+                                size,
+                                mtime: (mtime, mtime_nsec),
+                            });
+                            continue;
+                        }
                         self.sink.open_file(id, &path, size)?;
                         let mut st = self.sh.lock();
                         st.opened(id)?;
@@ -559,6 +616,17 @@ impl Receiving<'_, '_> {
                     }
                     Action::Finish { dirs } => {
                         self.sink.finish(&dirs)?;
+                        // The chunk cache has every file and its index is
+                        // saved before the sender hears `Done` (and a
+                        // remote side started over ssh may be ended).
+                        if let Some(c) = &self.opts.cache {
+                            while self.caching.load(Ordering::SeqCst) > 0 && !self.sh.stopped() {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            if let Err(e) = c.save() {
+                                tracing::warn!("could not save the chunk cache's index: {e}");
+                            }
+                        }
                         self.sh.lock().complete();
                     }
                 }
@@ -642,7 +710,7 @@ impl Receiving<'_, '_> {
             let placed = if h.codec == wire::CODEC_NONE {
                 self.place(&h, data)
             } else {
-                let decoded = compress::decode(h.codec, data, h.len, self.sh.progress);
+                let decoded = self.decode(h.file, h.codec, data, h.len);
                 self.place(&h, &decoded)
             };
             if placed.is_none() {
@@ -773,6 +841,13 @@ impl Receiving<'_, '_> {
                 let mut st = self.sh.lock();
                 for (id, ..) in &batch {
                     st.placed(*id);
+                    self.bases.close(*id);
+                    if let (Some(tx), Some(rel)) = (&self.placed, st.path_of(*id)) {
+                        if let Ok(Some(p)) = self.sink.final_path(rel) {
+                            self.caching.fetch_add(1, Ordering::SeqCst);
+                            let _ = tx.send(p);
+                        }
+                    }
                 }
                 self.report(&st);
                 Self::drain(&mut st)

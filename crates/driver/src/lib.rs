@@ -15,6 +15,7 @@
 pub mod client;
 pub mod compress;
 pub mod datagram;
+pub mod dedup;
 pub mod engine;
 pub mod error;
 pub mod framed;
@@ -27,6 +28,7 @@ pub mod server;
 pub mod ssh;
 
 pub use client::{ClientConfig, Connected, Report, Route, ServerTrust, Transport, UdpReport};
+pub use dedup::ReceiveOptions;
 pub use error::TransferError;
 pub use ports::PortRange;
 pub use progress::Progress;

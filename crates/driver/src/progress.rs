@@ -47,6 +47,12 @@ pub struct Progress {
     /// file, and on the wire.
     pub compressed_in: AtomicU64,
     pub compressed_out: AtomicU64,
+    /// File bytes the receiver copied from what it already held instead
+    /// of receiving them (P-31).
+    pub dedup_bytes: AtomicU64,
+    /// Files found already in place and not sent (P-32), and their bytes.
+    pub skipped_files: AtomicU64,
+    pub skipped_bytes: AtomicU64,
 }
 
 impl Progress {

@@ -91,6 +91,9 @@ pub struct ServerConfig {
     /// Ports for the sessions' UDP data channels (`--data-ports`); `None`:
     /// any the OS picks.
     pub data_ports: Option<crate::ports::PortRange>,
+    /// `--cache`: the chunk cache of pushes to this server (P-31), shared
+    /// by its sessions.
+    pub cache: Option<Arc<store::ChunkCache>>,
 }
 
 /// What a data connection needs to join a session waiting for streams.
@@ -292,7 +295,7 @@ impl Server {
         // Prepare the side we play before accepting, so errors come first.
         enum Side {
             Send(Box<SenderSession>, Sources, u64),
-            Receive(Sink),
+            Receive(Sink, crate::dedup::ReceiveOptions),
         }
         let side = match req.op {
             Op::Pull => {
@@ -319,8 +322,20 @@ impl Server {
                 } else {
                     SEND_WINDOW
                 };
-                let session = SenderSession::new(walked.entries, req.block_size, window);
-                Side::Send(Box::new(session), Sources::new(walked.paths), bytes)
+                let mut session = SenderSession::new(walked.entries, req.block_size, window);
+                let sources = Sources::new(walked.paths);
+                if req.sync.gated {
+                    let gated = crate::dedup::gate_sender(
+                        &mut session,
+                        &req.sync,
+                        &sources,
+                        req.block_size,
+                    );
+                    if let Err(e) = gated {
+                        return refuse(&mut ctrl_w, e);
+                    }
+                }
+                Side::Send(Box::new(session), sources, bytes)
             }
             Op::Push => {
                 let dest = &req.paths[0];
@@ -334,13 +349,31 @@ impl Server {
                     )
                     .map_err(Into::into)
                 });
-                match dest_res {
-                    Ok(d) => Side::Receive(Sink::new(d, req.preserve)),
+                let basis = if req.basis.is_empty() {
+                    Ok(None)
+                } else {
+                    self.resolve(&req.basis).map(Some)
+                };
+                match dest_res.and_then(|d| basis.map(|b| (d, b))) {
+                    Ok((d, basis)) => Side::Receive(
+                        Sink::new(d, req.preserve),
+                        crate::dedup::ReceiveOptions {
+                            dedup: req.sync.dedup,
+                            update: req.sync.update,
+                            checksum: req.sync.checksum,
+                            basis,
+                            cache: self.cfg.cache.clone(),
+                        },
+                    ),
                     Err(e) => return refuse(&mut ctrl_w, e),
                 }
             }
         };
 
+        let gated = match &side {
+            Side::Receive(sink, opts) => opts.gated(sink.destination_exists()),
+            Side::Send(..) => false,
+        };
         let session_id = est.keys.session_id();
         // A UDP socket on the address the client reached us at.
         let udp = if req.transport == TRANSPORT_UDP {
@@ -377,6 +410,7 @@ impl Server {
                 session: session_id,
                 streams: req.streams,
                 udp_port,
+                gated,
             })
             .map_err(|e| TransferError::lost("accepting the request", &e))
             .and_then(|()| match req.transport {
@@ -409,7 +443,7 @@ impl Server {
                 // Only one of the two is used; the link moves into it.
                 match side {
                     Side::Send(..) => (SendPath::Udp(link), RecvPath::Tcp(vec![]), how),
-                    Side::Receive(_) => (SendPath::Tcp(vec![]), RecvPath::Udp(link), how),
+                    Side::Receive(..) => (SendPath::Tcp(vec![]), RecvPath::Udp(link), how),
                 }
             }
         };
@@ -434,15 +468,12 @@ impl Server {
                     protection.name()
                 ))
             }
-            Side::Receive(sink) => {
-                let s = run_receiver(
-                    ctrl_r,
-                    ctrl_w,
-                    recv_path,
-                    ReceiverSession::new(req.block_size),
-                    &sink,
-                    &progress,
-                )?;
+            Side::Receive(sink, opts) => {
+                let mut session = ReceiverSession::new(req.block_size);
+                if gated {
+                    crate::dedup::gate_receiver(&mut session, &req.sync, &opts);
+                }
+                let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &sink, &opts, &progress)?;
                 Ok(format!(
                     "received {} files, {} bytes, over {how} ({})",
                     s.files,

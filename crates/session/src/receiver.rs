@@ -35,11 +35,16 @@ pub enum Action {
         path: Vec<u8>,
         mode: u32,
     },
-    /// Create the temporary file blocks will be written into.
+    /// Create the temporary file blocks will be written into. In a gated
+    /// session (P-31) the driver first decides whether the file is already
+    /// in place ([`ReceiverSession::skip`]) and what basis it has
+    /// ([`ReceiverSession::ready`]).
     OpenFile {
         id: u32,
         path: Vec<u8>,
         size: u64,
+        mtime: i64,
+        mtime_nsec: u32,
     },
     MakeSymlink {
         id: u32,
@@ -59,6 +64,9 @@ pub enum Action {
         dirs: Vec<(Vec<u8>, i64, u32)>,
     },
 }
+
+/// Most chunk ids in one `Chunks` message: 20 bytes each, 160 KiB.
+const CHUNKS_PER_MESSAGE: usize = 8192;
 
 /// What to do with an arriving block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +100,9 @@ struct RecvFile {
     digest: Option<[u8; 32]>,
     released: bool,
     placed: bool,
+    skipped: bool,
+    /// The sender's whole-file digest, sent ahead under `--checksum`.
+    source_digest: Option<[u8; 32]>,
 }
 
 pub struct ReceiverSession {
@@ -107,6 +118,13 @@ pub struct ReceiverSession {
     acks: Vec<(u32, u32)>,
     finishing: bool,
     finished: bool,
+    /// Every file is answered with `Ready` or `Skip` (P-31).
+    gated: bool,
+    /// The sender follows each non-empty file's entry with its `Digest`.
+    expect_digests: bool,
+    /// Files already in place that were not sent (P-32), and their bytes.
+    pub files_skipped: u64,
+    pub bytes_skipped: u64,
     /// Blocks whose bytes did not match their hash.
     pub bad_blocks: u64,
     /// Bytes of blocks verified and stored so far.
@@ -134,10 +152,76 @@ impl ReceiverSession {
             acks: Vec::new(),
             finishing: false,
             finished: false,
+            gated: false,
+            expect_digests: false,
+            files_skipped: 0,
+            bytes_skipped: 0,
             bad_blocks: 0,
             bytes_stored: 0,
             bytes_expected: None,
         }
+    }
+
+    /// This side answers every file before its blocks are sent (P-31);
+    /// the sender was told so in the request or the accept.
+    pub fn gate(&mut self) {
+        self.gated = true;
+    }
+
+    /// `--checksum` (P-32): each non-empty file's entry is followed by
+    /// the sender's digest of it, and the file is opened only then.
+    pub fn expect_digests(&mut self) {
+        self.expect_digests = true;
+    }
+
+    pub fn is_gated(&self) -> bool {
+        self.gated
+    }
+
+    /// Announces chunks of the receiver's cache, before any file's answer.
+    pub fn announce_cache(&mut self, chunks: Vec<wire::ChunkId>) {
+        for part in chunks.chunks(CHUNKS_PER_MESSAGE) {
+            self.outbox.push_back(Msg::Chunks {
+                file: wire::CACHE_FILE,
+                chunks: part.to_vec(),
+            });
+        }
+    }
+
+    /// Answers `file`: the chunks of its basis, in order (none without
+    /// one), then leave to send it.
+    pub fn ready(&mut self, file: u32, basis: Vec<wire::ChunkId>) {
+        for part in basis.chunks(CHUNKS_PER_MESSAGE) {
+            self.outbox.push_back(Msg::Chunks {
+                file,
+                chunks: part.to_vec(),
+            });
+        }
+        if let Some(Msg::Ready(list)) = self.outbox.back_mut() {
+            list.push(file);
+        } else {
+            self.outbox.push_back(Msg::Ready(vec![file]));
+        }
+    }
+
+    /// Answers `file`: it is already in place, send nothing (P-32). Only
+    /// for a non-empty file whose blocks have not begun to arrive.
+    pub fn skip(&mut self, file: u32) -> Result<(), ReceiverError> {
+        let f = self
+            .files
+            .get_mut(&file)
+            .filter(|f| f.size > 0 && !f.opened && f.stored == 0 && !f.skipped)
+            .ok_or_else(|| ReceiverError::Protocol(format!("cannot skip file {file}")))?;
+        f.skipped = true;
+        self.files_skipped += 1;
+        self.bytes_skipped += f.size;
+        if let Some(Msg::Skip(list)) = self.outbox.back_mut() {
+            list.push(file);
+        } else {
+            self.outbox.push_back(Msg::Skip(vec![file]));
+        }
+        self.check_finished();
+        Ok(())
     }
 
     pub fn poll_action(&mut self) -> Option<Action> {
@@ -214,11 +298,17 @@ impl ReceiverSession {
                                 "file of {size} bytes has too many blocks"
                             )));
                         }
-                        self.actions.push_back(Action::OpenFile {
-                            id: e.id,
-                            path: e.path.clone(),
-                            size,
-                        });
+                        // Under --checksum the file is judged once its
+                        // digest (the next message) is here.
+                        if !self.expect_digests || size == 0 {
+                            self.actions.push_back(Action::OpenFile {
+                                id: e.id,
+                                path: e.path.clone(),
+                                size,
+                                mtime,
+                                mtime_nsec,
+                            });
+                        }
                         self.files.insert(
                             e.id,
                             RecvFile {
@@ -233,6 +323,8 @@ impl ReceiverSession {
                                 digest: None,
                                 released: false,
                                 placed: false,
+                                skipped: false,
+                                source_digest: None,
                             },
                         );
                     }
@@ -251,6 +343,24 @@ impl ReceiverSession {
                 self.manifest = Some((files, bytes));
                 self.bytes_expected = Some(bytes);
                 self.check_finished();
+            }
+            Msg::Digest { file, digest } => {
+                let f = self.files.get_mut(&file).ok_or_else(|| {
+                    ReceiverError::Protocol(format!("checksum for unknown file {file}"))
+                })?;
+                if f.source_digest.is_some() || f.size == 0 || !self.expect_digests {
+                    return Err(ReceiverError::Protocol(format!(
+                        "unexpected checksum for file {file}"
+                    )));
+                }
+                f.source_digest = Some(digest);
+                self.actions.push_back(Action::OpenFile {
+                    id: file,
+                    path: f.path.clone(),
+                    size: f.size,
+                    mtime: f.mtime.0,
+                    mtime_nsec: f.mtime.1,
+                });
             }
             Msg::FileEnd { file, digest } => {
                 let f = self.files.get_mut(&file).ok_or_else(|| {
@@ -400,7 +510,9 @@ impl ReceiverSession {
     }
 
     fn check_finished(&mut self) {
-        if self.finishing || self.manifest.is_none() || self.files_placed != self.files.len() as u64
+        if self.finishing
+            || self.manifest.is_none()
+            || self.files_placed + self.files_skipped != self.files.len() as u64
         {
             return;
         }
@@ -430,6 +542,11 @@ impl ReceiverSession {
             file_bytes: self.bytes_placed,
             bad_blocks: self.bad_blocks,
         }
+    }
+
+    /// The sender's digest of `id` under `--checksum` (P-32).
+    pub fn source_digest(&self, id: u32) -> Option<[u8; 32]> {
+        self.files.get(&id).and_then(|f| f.source_digest)
     }
 
     pub fn path_of(&self, id: u32) -> Option<&[u8]> {

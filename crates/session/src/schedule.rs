@@ -8,7 +8,7 @@
 //! of a block that has been in flight far longer than blocks usually take
 //! ("endgame"), so one stalled stream cannot hold the whole transfer's tail.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::{block_count, block_len};
@@ -50,6 +50,9 @@ pub struct Scheduler {
     window: u64,
     /// Smoothed time from handing a block out to its ack.
     latency: Option<Duration>,
+    /// Files whose blocks wait for the receiver's answer (P-31): the
+    /// cursor stops at the first of them.
+    held: HashSet<u32>,
     /// Copies sent by the endgame rule.
     pub endgame_copies: u64,
 }
@@ -68,12 +71,47 @@ impl Scheduler {
             in_flight_bytes: 0,
             window: window.max(block_size as u64),
             latency: None,
+            held: HashSet::new(),
             endgame_copies: 0,
         }
     }
 
+    /// Holds every file with blocks until [`Scheduler::release`] or
+    /// [`Scheduler::skip`] names it.
+    pub fn hold_all(&mut self) {
+        self.held = self
+            .files
+            .iter()
+            .filter(|(_, size)| *size > 0)
+            .map(|(f, _)| *f)
+            .collect();
+    }
+
+    pub fn release(&mut self, file: u32) {
+        self.held.remove(&file);
+    }
+
+    /// The file is not to be sent at all. Only a file still held can be
+    /// skipped: none of its blocks has gone out.
+    pub fn skip(&mut self, file: u32) -> bool {
+        if !self.held.remove(&file) {
+            return false;
+        }
+        if let Some(f) = self.files.iter_mut().find(|(id, _)| *id == file) {
+            f.1 = 0;
+        }
+        true
+    }
+
+    pub fn is_held(&self, file: u32) -> bool {
+        self.held.contains(&file)
+    }
+
     fn fresh(&mut self) -> Option<BlockRef> {
         while let Some(&(file, size)) = self.files.get(self.cursor_file) {
+            if self.held.contains(&file) {
+                return None;
+            }
             if self.cursor_block < block_count(size, self.block_size) {
                 let index = self.cursor_block;
                 self.cursor_block += 1;
@@ -93,7 +131,10 @@ impl Scheduler {
     fn peek_fresh_len(&self) -> Option<u32> {
         let mut f = self.cursor_file;
         let mut b = self.cursor_block;
-        while let Some(&(_, size)) = self.files.get(f) {
+        while let Some(&(file, size)) = self.files.get(f) {
+            if self.held.contains(&file) {
+                return None;
+            }
             if b < block_count(size, self.block_size) {
                 return Some(block_len(size, self.block_size, b));
             }
@@ -226,6 +267,30 @@ mod tests {
         );
         s.acked(0, 0, now);
         assert!(matches!(s.next(now), Next::Send(BlockRef { index: 3, .. })));
+    }
+
+    #[test]
+    fn held_files_wait_and_skipped_files_send_nothing() {
+        let now = Instant::now();
+        let mut s = Scheduler::new(vec![(0, 10), (1, 20), (2, 10)], 10, 1000);
+        s.hold_all();
+        assert_eq!(
+            s.next(now),
+            Next::Done,
+            "nothing released, nothing in flight"
+        );
+        s.release(1);
+        assert_eq!(s.next(now), Next::Done, "file 0 comes first");
+        assert!(s.skip(0));
+        assert!(!s.skip(1), "released files cannot be skipped");
+        let Next::Send(b) = s.next(now) else { panic!() };
+        assert_eq!((b.file, b.index), (1, 0));
+        let Next::Send(b) = s.next(now) else { panic!() };
+        assert_eq!((b.file, b.index), (1, 1));
+        assert!(matches!(s.next(now), Next::Wait), "file 2 is held");
+        s.release(2);
+        let Next::Send(b) = s.next(now) else { panic!() };
+        assert_eq!(b.file, 2);
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! transfer when the receiver reports every file placed.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
+
+use chunk::{ChunkRef, Known, Part, Plan};
 
 use thiserror::Error;
 use wire::{Entry, EntryKind, ErrorCode, Msg, Summary};
@@ -55,6 +58,19 @@ pub struct SenderSession {
     nacks: HashMap<(u32, u32), u32>,
     files_left: usize,
     summary: Option<Summary>,
+    /// The receiver answers each file before its blocks go (P-31).
+    gated: bool,
+    /// What the receiver holds for each file (its basis) ...
+    known: HashMap<u32, Known>,
+    /// ... and anywhere (its cache).
+    cache: Known,
+    /// Files to cut into chunks and match, in order.
+    to_plan: VecDeque<u32>,
+    /// Each planned file's delta plan.
+    plans: HashMap<u32, Arc<Plan>>,
+    /// Files the receiver already holds (P-32), and their bytes.
+    pub skipped_files: u64,
+    pub skipped_bytes: u64,
     /// Blocks sent again because the receiver rejected them.
     pub retransmitted: u64,
     /// File bytes the receiver has acknowledged.
@@ -113,10 +129,83 @@ impl SenderSession {
             nacks: HashMap::new(),
             files_left,
             summary: None,
+            gated: false,
+            known: HashMap::new(),
+            cache: Known::default(),
+            to_plan: VecDeque::new(),
+            plans: HashMap::new(),
+            skipped_files: 0,
+            skipped_bytes: 0,
             retransmitted: 0,
             acked_bytes: 0,
             files_done: 0,
         }
+    }
+
+    /// The receiver will answer every file with `Ready` or `Skip` (P-31):
+    /// hold each file's blocks until it does. Call before any block.
+    pub fn gate(&mut self) {
+        self.gated = true;
+        self.sched.hold_all();
+    }
+
+    /// Sends `digest` after the entry of `file` (`--checksum`, P-32).
+    /// Call before the first `poll_control`.
+    pub fn add_digest(&mut self, file: u32, digest: [u8; 32]) {
+        let at = self
+            .outbox
+            .iter()
+            .position(|m| matches!(m, Msg::Entry(e) if e.id == file));
+        if let Some(at) = at {
+            self.outbox.insert(at + 1, Msg::Digest { file, digest });
+        }
+    }
+
+    /// Every file's id and size, by id.
+    pub fn file_sizes(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self.files.iter().map(|(id, f)| (*id, f.size)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// A file to cut into chunks (read from start to end) and hand to
+    /// [`SenderSession::planned`].
+    pub fn poll_plan(&mut self) -> Option<u32> {
+        self.to_plan.pop_front()
+    }
+
+    /// The chunks of `file`, cut by the driver: match them against what
+    /// the receiver holds and let the file's blocks go.
+    pub fn planned(&mut self, file: u32, chunks: &[ChunkRef]) -> Result<(), SenderError> {
+        let f = self
+            .files
+            .get(&file)
+            .ok_or_else(|| SenderError::Protocol(format!("plan for unknown file {file}")))?;
+        let covered: u64 = chunks.iter().map(|c| c.len as u64).sum();
+        if covered != f.size {
+            return Err(SenderError::SourceChanged {
+                path: f.path.clone(),
+                index: 0,
+            });
+        }
+        let basis = self.known.remove(&file).unwrap_or_default();
+        let plan = Plan::new(chunks, &basis, &self.cache);
+        if plan.copies_anything() {
+            self.plans.insert(file, Arc::new(plan));
+        }
+        self.sched.release(file);
+        Ok(())
+    }
+
+    /// How block `b` travels as a delta program: its parts and how many
+    /// of its bytes are literal. `None`: send it whole (no plan, nothing
+    /// to copy, or the receiver already rejected it once).
+    pub fn block_parts(&self, b: &BlockRef) -> Option<(Vec<Part>, u32)> {
+        if self.nacks.contains_key(&(b.file, b.index)) {
+            return None;
+        }
+        let (parts, literal) = self.plans.get(&b.file)?.block(b.offset, b.len);
+        (literal < b.len).then_some((parts, literal))
     }
 
     /// Next control message to send, if any.
@@ -240,6 +329,51 @@ impl SenderSession {
                     f.done = true;
                     self.files_left -= 1;
                     self.files_done += 1;
+                }
+                self.plans.remove(&file);
+            }
+            Msg::Chunks { file, chunks } if self.gated => {
+                if file == wire::CACHE_FILE {
+                    self.cache.add_cache(&chunks);
+                } else if self.files.contains_key(&file) && self.sched.is_held(file) {
+                    self.known.entry(file).or_default().add_basis(&chunks);
+                } else {
+                    return Err(SenderError::Protocol(format!(
+                        "chunks for file {file}, which is not waiting for them"
+                    )));
+                }
+            }
+            Msg::Ready(list) if self.gated => {
+                for file in list {
+                    if !self.files.contains_key(&file) {
+                        return Err(SenderError::Protocol(format!(
+                            "ready for unknown file {file}"
+                        )));
+                    }
+                    let has_basis = self.known.get(&file).is_some_and(|k| !k.is_empty());
+                    if self.sched.is_held(file) && (has_basis || !self.cache.is_empty()) {
+                        self.to_plan.push_back(file);
+                    } else {
+                        self.known.remove(&file);
+                        self.sched.release(file);
+                    }
+                }
+            }
+            Msg::Skip(list) if self.gated => {
+                for file in list {
+                    let f = self.files.get_mut(&file).ok_or_else(|| {
+                        SenderError::Protocol(format!("skip of unknown file {file}"))
+                    })?;
+                    if f.done || !self.sched.skip(file) {
+                        return Err(SenderError::Protocol(format!(
+                            "skip of file {file}, which is not waiting"
+                        )));
+                    }
+                    f.done = true;
+                    self.files_left -= 1;
+                    self.skipped_files += 1;
+                    self.skipped_bytes += f.size;
+                    self.known.remove(&file);
                 }
             }
             Msg::Done(s) => {

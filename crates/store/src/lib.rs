@@ -1,18 +1,21 @@
 //! Files and directories, and nothing about networks.
 //!
 //! - [`walk`]: turn command-line sources into manifest entries.
+//! - [`cache`]: the receiver's persistent chunk cache (`--cache DIR`).
 //! - [`confine`]: map a peer's path into a served root and refuse escapes.
 //! - [`source`]: read a block of a source file at its offset.
 //! - [`sink`]: create directories, links and temporary files at the
 //!   destination, write blocks in place, and rename a file into place only
 //!   after it is verified and synced.
 
+pub mod cache;
 pub mod confine;
 pub mod error;
 pub mod sink;
 pub mod source;
 pub mod walk;
 
+pub use cache::ChunkCache;
 pub use confine::Root;
 pub use error::{StoreError, StoreErrorKind};
 pub use sink::{Destination, OutFile, Sink};

@@ -171,6 +171,21 @@ impl Sink {
         matches!(self.dest, Destination::Stdout)
     }
 
+    /// Where the manifest path `rel` ends up (`None` for `/dev/null` and
+    /// standard output), checked to stay inside the root.
+    pub fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
+        self.place(rel)
+    }
+
+    /// Whether anything exists where the entries go: only then can a
+    /// file be found already in place, or serve as a basis (P-31).
+    pub fn destination_exists(&self) -> bool {
+        match &self.dest {
+            Destination::Path { base, .. } => fs::symlink_metadata(base).is_ok(),
+            _ => false,
+        }
+    }
+
     /// The final path of a manifest path, checked to stay inside the root.
     fn place(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
         let Destination::Path {

@@ -9,6 +9,9 @@ pub const BLOCK_HEADER_LEN: usize = 4 + 4 + 8 + 4 + 32 + 1 + 4;
 pub const CODEC_NONE: u8 = 0;
 pub const CODEC_LZ4: u8 = 1;
 pub const CODEC_ZSTD: u8 = 2;
+/// Flag on a codec: the data is a delta program against chunks the
+/// receiver holds (P-31), compressed with the codec in the low bits.
+pub const CODEC_DELTA: u8 = 0x80;
 
 /// Checks a block's encoding: a known codec; raw bytes exactly as long as
 /// the block; compressed bytes shorter than it (a sender never sends a
@@ -16,6 +19,17 @@ pub const CODEC_ZSTD: u8 = 2;
 pub fn check_coding(codec: u8, len: u32, wire_len: u32) -> Result<(), DecodeError> {
     if len > crate::MAX_BLOCK_SIZE {
         return Err(DecodeError::Invalid("block length"));
+    }
+    if codec & CODEC_DELTA != 0 {
+        // A delta program (P-31): a 4-byte length, then the program, maybe
+        // compressed; sent only when shorter than the block.
+        return match codec & !CODEC_DELTA {
+            CODEC_NONE | CODEC_LZ4 | CODEC_ZSTD if (4..len).contains(&wire_len) => Ok(()),
+            CODEC_NONE | CODEC_LZ4 | CODEC_ZSTD => {
+                Err(DecodeError::Invalid("block encoded length"))
+            }
+            tag => Err(DecodeError::UnknownTag { what: "codec", tag }),
+        };
     }
     match codec {
         CODEC_NONE if wire_len == len => Ok(()),
@@ -104,7 +118,7 @@ mod tests {
         #[test]
         fn codings_are_checked(codec: u8, len in 0u32..=(crate::MAX_BLOCK_SIZE + 1), wire_len: u32) {
             if check_coding(codec, len, wire_len).is_ok() {
-                prop_assert!(codec <= CODEC_ZSTD && len <= crate::MAX_BLOCK_SIZE);
+                prop_assert!(codec & !CODEC_DELTA <= CODEC_ZSTD && len <= crate::MAX_BLOCK_SIZE);
                 let fits = if codec == CODEC_NONE { wire_len == len } else { wire_len < len };
                 prop_assert!(fits);
             }

@@ -51,7 +51,74 @@ pub struct Request {
     pub compress: u8,
     /// The zstd level with `COMPRESS_ZSTD` (1..=19); 0 otherwise.
     pub compress_level: u8,
+    /// Options of P-31 and P-32, sent as bits.
+    pub sync: SyncOptions,
+    /// Push: a file on the server to use as the basis of the one file
+    /// sent (`--basis`); empty for none (P-31).
+    pub basis: String,
 }
+
+/// Deduplication and sync options of a request (P-31, P-32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SyncOptions {
+    /// Match files against what the receiver holds (P-31).
+    pub dedup: bool,
+    /// Pull: the client, as receiver, answers every file with `Ready` or
+    /// `Skip` before the server sends its blocks.
+    pub gated: bool,
+    /// Skip files whose size and modification time match (P-32).
+    pub update: bool,
+    /// With `update`: compare content digests instead of times.
+    pub checksum: bool,
+    /// Remove files under the destination that the source does not have.
+    pub delete: bool,
+    /// Change nothing: report what would be sent and removed.
+    pub dry_run: bool,
+}
+
+const SYNC_DEDUP: u8 = 1;
+const SYNC_GATED: u8 = 2;
+const SYNC_UPDATE: u8 = 4;
+const SYNC_CHECKSUM: u8 = 8;
+const SYNC_DELETE: u8 = 16;
+const SYNC_DRY_RUN: u8 = 32;
+
+impl SyncOptions {
+    fn bits(&self) -> u8 {
+        [
+            (self.dedup, SYNC_DEDUP),
+            (self.gated, SYNC_GATED),
+            (self.update, SYNC_UPDATE),
+            (self.checksum, SYNC_CHECKSUM),
+            (self.delete, SYNC_DELETE),
+            (self.dry_run, SYNC_DRY_RUN),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |acc, (_, bit)| acc | bit)
+    }
+
+    fn from_bits(b: u8) -> Result<SyncOptions, DecodeError> {
+        if b >= 64 {
+            return Err(DecodeError::Invalid("sync options"));
+        }
+        Ok(SyncOptions {
+            dedup: b & SYNC_DEDUP != 0,
+            gated: b & SYNC_GATED != 0,
+            update: b & SYNC_UPDATE != 0,
+            checksum: b & SYNC_CHECKSUM != 0,
+            delete: b & SYNC_DELETE != 0,
+            dry_run: b & SYNC_DRY_RUN != 0,
+        })
+    }
+}
+
+/// A chunk a receiver holds (P-31): the first 16 bytes of its BLAKE3 hash,
+/// and its length.
+pub type ChunkId = ([u8; 16], u32);
+
+/// The file id that `Chunks` uses for the receiver's chunk cache.
+pub const CACHE_FILE: u32 = u32::MAX;
 
 /// `--compress auto`: the sender decides per block (P-30).
 pub const COMPRESS_AUTO: u8 = 0;
@@ -155,6 +222,9 @@ pub enum Msg {
         streams: u16,
         /// The server's UDP port for this session; 0 unless UDP was asked.
         udp_port: u16,
+        /// Push: the server, as receiver, answers every file with `Ready`
+        /// or `Skip` before the client sends its blocks (P-31).
+        gated: bool,
     },
     Entry(Entry),
     ManifestEnd {
@@ -194,6 +264,37 @@ pub enum Msg {
     /// receiver stores each as a hole, with the hash of zeros of the
     /// block's length.
     Zeros(Vec<(u32, u32)>),
+    /// Receiver: chunks it can copy into `file` (its basis, in order from
+    /// offset 0 across messages), or anywhere ([`CACHE_FILE`]: its cache).
+    Chunks {
+        file: u32,
+        chunks: Vec<ChunkId>,
+    },
+    /// Receiver: every chunk of these files is announced; send them.
+    Ready(Vec<u32>),
+    /// Receiver: these files are already in place (P-32); send nothing.
+    Skip(Vec<u32>),
+    /// Sender, under `--checksum`: the whole-file digest of `file`, sent
+    /// right after its entry (P-32).
+    Digest {
+        file: u32,
+        digest: [u8; 32],
+    },
+}
+
+fn encode_ids(w: &mut Writer, list: &[u32]) {
+    w.u32(list.len() as u32);
+    for f in list {
+        w.u32(*f);
+    }
+}
+
+fn decode_ids(r: &mut Reader) -> Result<Vec<u32>, DecodeError> {
+    let n = r.u32()? as usize;
+    if n > r.remaining() / 4 {
+        return Err(DecodeError::Invalid("file count"));
+    }
+    (0..n).map(|_| r.u32()).collect()
 }
 
 /// A list of `(file, index)` blocks: a `u32` count, then 8 bytes each.
@@ -242,14 +343,38 @@ impl Msg {
                     .u8(if r.contents { OPT_CONTENTS } else { 0 }
                         | if r.preserve { OPT_PRESERVE } else { 0 })
                     .u8(r.compress)
-                    .u8(r.compress_level);
+                    .u8(r.compress_level)
+                    .u8(r.sync.bits())
+                    .var_bytes(r.basis.as_bytes());
             }
             Msg::Accept {
                 session,
                 streams,
                 udp_port,
+                gated,
             } => {
-                w.u8(2).bytes(session).u16(*streams).u16(*udp_port);
+                w.u8(2)
+                    .bytes(session)
+                    .u16(*streams)
+                    .u16(*udp_port)
+                    .u8(*gated as u8);
+            }
+            Msg::Chunks { file, chunks } => {
+                w.u8(14).u32(*file).u32(chunks.len() as u32);
+                for (hash, len) in chunks {
+                    w.bytes(hash).u32(*len);
+                }
+            }
+            Msg::Ready(list) => {
+                w.u8(15);
+                encode_ids(&mut w, list);
+            }
+            Msg::Skip(list) => {
+                w.u8(16);
+                encode_ids(&mut w, list);
+            }
+            Msg::Digest { file, digest } => {
+                w.u8(17).u32(*file).bytes(digest);
             }
             Msg::Entry(e) => {
                 w.u8(3).u32(e.id).var_bytes(&e.path);
@@ -375,7 +500,11 @@ impl Msg {
                 if !level_ok {
                     return Err(DecodeError::Invalid("compression level"));
                 }
+                let sync = SyncOptions::from_bits(r.u8()?)?;
+                let basis = r.string("basis path", MAX_PATH_LEN)?;
                 Msg::Request(Request {
+                    sync,
+                    basis,
                     compress,
                     compress_level,
                     contents: options & OPT_CONTENTS != 0,
@@ -395,6 +524,29 @@ impl Msg {
                 session: r.array()?,
                 streams: r.u16()?,
                 udp_port: r.u16()?,
+                gated: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::Invalid("accept flags")),
+                },
+            },
+            14 => {
+                let file = r.u32()?;
+                let n = r.u32()? as usize;
+                if n > r.remaining() / 20 {
+                    return Err(DecodeError::Invalid("chunk count"));
+                }
+                let mut chunks = Vec::with_capacity(n);
+                for _ in 0..n {
+                    chunks.push((r.array()?, r.u32()?));
+                }
+                Msg::Chunks { file, chunks }
+            }
+            15 => Msg::Ready(decode_ids(&mut r)?),
+            16 => Msg::Skip(decode_ids(&mut r)?),
+            17 => Msg::Digest {
+                file: r.u32()?,
+                digest: r.array()?,
             },
             3 => {
                 let id = r.u32()?;
@@ -511,24 +663,50 @@ mod tests {
             preserve: true,
             compress: COMPRESS_ZSTD,
             compress_level: 9,
+            sync: SyncOptions::default(),
+            basis: String::new(),
         };
-        let mut bytes = Msg::Request(req.clone()).encode();
+        let mut full = Msg::Request(req.clone()).encode();
+        // The sync byte and an empty basis (a 4-byte length) come last.
+        let sync_at = full.len() - 5;
+        full[sync_at] = 64;
+        assert!(Msg::decode(&full).is_err(), "unknown sync bit");
+        full[sync_at] = 63;
+        assert!(matches!(
+            Msg::decode(&full),
+            Ok(Msg::Request(Request {
+                sync: SyncOptions {
+                    dedup: true,
+                    dry_run: true,
+                    ..
+                },
+                ..
+            }))
+        ));
+        full[sync_at] = 0;
+        let mut bytes = full[..sync_at].to_vec();
         let n = bytes.len();
+        let tail = full[sync_at..].to_vec();
+        let decode = |b: &[u8]| {
+            let mut whole = b.to_vec();
+            whole.extend_from_slice(&tail);
+            Msg::decode(&whole)
+        };
         assert_eq!(bytes[n - 3], 0b11);
-        assert_eq!(Msg::decode(&bytes).unwrap(), Msg::Request(req));
+        assert_eq!(decode(&bytes).unwrap(), Msg::Request(req));
         // A bit this version does not know is refused, not ignored.
         bytes[n - 3] = 0b100;
-        assert!(Msg::decode(&bytes).is_err());
+        assert!(decode(&bytes).is_err());
         bytes[n - 3] = 0b11;
         // So are an unknown compression and a level out of range.
         bytes[n - 2] = 4;
-        assert!(Msg::decode(&bytes).is_err());
+        assert!(decode(&bytes).is_err());
         bytes[n - 2] = COMPRESS_ZSTD;
         bytes[n - 1] = 20;
-        assert!(Msg::decode(&bytes).is_err());
+        assert!(decode(&bytes).is_err());
         bytes[n - 2] = COMPRESS_LZ4;
         bytes[n - 1] = 3;
-        assert!(Msg::decode(&bytes).is_err());
+        assert!(decode(&bytes).is_err());
     }
 
     fn arb_kind() -> impl Strategy<Value = EntryKind> {
@@ -568,7 +746,8 @@ mod tests {
                     0u8..=1,
                     any::<bool>(),
                     any::<bool>(),
-                    (0u8..=3, 1u8..=19)
+                    (0u8..=3, 1u8..=19),
+                    (0u8..64, ".{0,20}")
                 )
             )
                 .prop_map(
@@ -580,9 +759,11 @@ mod tests {
                         streams,
                         block_size,
                         protection,
-                        (rate, transport, contents, preserve, (compress, level)),
+                        (rate, transport, contents, preserve, (compress, level), (sync, basis)),
                     )| {
                         Msg::Request(Request {
+                            sync: SyncOptions::from_bits(sync).unwrap(),
+                            basis,
                             contents,
                             preserve,
                             compress,
@@ -599,13 +780,23 @@ mod tests {
                         })
                     }
                 ),
-            (any::<[u8; 16]>(), any::<u16>(), any::<u16>()).prop_map(
-                |(session, streams, udp_port)| Msg::Accept {
+            (any::<[u8; 16]>(), any::<u16>(), any::<u16>(), any::<bool>()).prop_map(
+                |(session, streams, udp_port, gated)| Msg::Accept {
                     session,
                     streams,
-                    udp_port
+                    udp_port,
+                    gated,
                 }
             ),
+            (
+                any::<u32>(),
+                proptest::collection::vec((any::<[u8; 16]>(), any::<u32>()), 0..10)
+            )
+                .prop_map(|(file, chunks)| Msg::Chunks { file, chunks }),
+            proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Ready),
+            proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Skip),
+            (any::<u32>(), any::<[u8; 32]>())
+                .prop_map(|(file, digest)| Msg::Digest { file, digest }),
             (any::<u32>(), bytes(), arb_kind(), bytes()).prop_map(|(id, path, kind, target)| {
                 Msg::Entry(Entry {
                     id,

@@ -13,7 +13,7 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// Version 2 added the UDP data channel (P-23); version 3 the request's
 /// options byte (rsync's trailing-slash rule, `-p`, P-8) and the ssh start
 /// (P-27, P-28).
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;

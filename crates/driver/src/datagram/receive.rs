@@ -45,7 +45,7 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
                 let placed = if c.codec == wire::CODEC_NONE {
                     rx.place(&h, &c.data)
                 } else {
-                    let decoded = crate::compress::decode(c.codec, &c.data, c.len, rx.sh.progress);
+                    let decoded = rx.decode(c.file, c.codec, &c.data, c.len);
                     rx.place(&h, &decoded)
                 };
                 match placed {

@@ -30,6 +30,9 @@ pub struct SshSpec {
     /// Ports the remote side must bind its data sockets in
     /// (`--remote-ports`).
     pub remote_ports: Option<crate::ports::PortRange>,
+    /// More options for the remote `serve --stdio`, already quoted for
+    /// its shell (`--cache DIR`).
+    pub remote_extra: String,
 }
 
 /// Lines of other output (a login banner, a chatty shell profile) skipped
@@ -57,10 +60,14 @@ pub struct SshLink {
 impl SshSpec {
     /// The remote command line.
     pub fn remote_command(&self) -> String {
-        match self.remote_ports {
-            Some(p) => format!("{} serve --stdio --data-ports {p}", self.remote_haul),
-            None => format!("{} serve --stdio", self.remote_haul),
-        }
+        let ports = match self.remote_ports {
+            Some(p) => format!(" --data-ports {p}"),
+            None => String::new(),
+        };
+        format!(
+            "{} serve --stdio{ports}{}",
+            self.remote_haul, self.remote_extra
+        )
     }
 
     fn who(&self) -> String {
@@ -352,6 +359,7 @@ mod tests {
             user: None,
             host: "-oProxyCommand=x".into(),
             remote_ports: None,
+            remote_extra: String::new(),
         };
         assert_eq!(spec.command().err().unwrap().code, ErrorCode::BadRequest);
     }

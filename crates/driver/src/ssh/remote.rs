@@ -31,6 +31,8 @@ pub struct StdioOptions {
     /// data channel (`--data-ports`).
     pub data_ports: Option<PortRange>,
     pub tuning: Tuning,
+    /// `--cache`: the chunk cache of files pushed here (P-31).
+    pub cache: Option<std::sync::Arc<store::ChunkCache>>,
 }
 
 /// The address sshd took the connection on, from `SSH_CONNECTION`
@@ -120,6 +122,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         tuning: opts.tuning,
         max_sessions: 4,
         data_ports: opts.data_ports,
+        cache: opts.cache,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

@@ -1,0 +1,399 @@
+//! Deduplication and sync on the wire (P-31, P-32), around the sans-IO
+//! plan of `chunk` and the answers of `session`.
+//!
+//! Receiving side: an answerer thread takes each file of a gated session
+//! in manifest order, decides whether it is already in place (`--update`,
+//! `--checksum`), and otherwise opens it and announces the chunks of its
+//! basis (the destination's old version, or `--basis`). Stream threads
+//! rebuild delta blocks from the basis. Sending side: a planner thread
+//! cuts each answered file into chunks and matches them; stream threads
+//! then send each block as a delta program when that is shorter.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use chunk::Part;
+use session::{block_hash, FileDigest, SenderSession};
+use store::{ChunkCache, Sources, StoreError};
+use wire::program::{self, Piece};
+use wire::{ChunkId, CODEC_DELTA};
+
+use crate::engine::{Receiving, Shared, POLL};
+use crate::error::TransferError;
+use crate::progress::Progress;
+
+/// What the receiving side does beyond storing what arrives.
+#[derive(Clone, Default)]
+pub struct ReceiveOptions {
+    /// Announce the chunks of each file's basis (P-31).
+    pub dedup: bool,
+    /// Skip files whose size and modification time match (P-32).
+    pub update: bool,
+    /// With `update`: compare content instead of times.
+    pub checksum: bool,
+    /// The basis of the one file sent, instead of its old version.
+    pub basis: Option<PathBuf>,
+    /// The receiver's chunk cache (`--cache`): announced to the sender,
+    /// and fed every file received.
+    pub cache: Option<Arc<ChunkCache>>,
+}
+
+impl ReceiveOptions {
+    /// Whether this receiver answers every file before it is sent: only
+    /// when there can be something to answer, so a copy into a fresh
+    /// destination pays no round trip. `dest_exists`: anything is already
+    /// where the files go.
+    pub fn gated(&self, dest_exists: bool) -> bool {
+        let cached = self.cache.as_ref().is_some_and(|c| !c.is_empty());
+        (self.dedup && (dest_exists || self.basis.is_some() || cached))
+            || (self.update && dest_exists)
+    }
+}
+
+/// One file for the answerer.
+pub(crate) struct Question {
+    pub id: u32,
+    pub path: Vec<u8>,
+    pub size: u64,
+    pub mtime: (i64, u32),
+}
+
+/// The receiver's open bases, by manifest id.
+#[derive(Default)]
+pub(crate) struct Bases {
+    open: Mutex<HashMap<u32, Arc<File>>>,
+}
+
+impl Bases {
+    fn get(&self, id: u32) -> Option<Arc<File>> {
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    pub(crate) fn close(&self, id: u32) {
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+}
+
+/// The chunks of the file at `path`, as the wire names them.
+fn chunk_ids(file: &File) -> std::io::Result<Vec<ChunkId>> {
+    let chunks = chunk::chunks_of(std::io::BufReader::with_capacity(1 << 20, file), |_, _| {})?;
+    Ok(chunks
+        .iter()
+        .map(|c| (chunk::short(&c.hash), c.len))
+        .collect())
+}
+
+/// The whole-file digest of `path` as a sender would compute it.
+fn file_digest(path: &Path, size: u64, block_size: u32) -> std::io::Result<[u8; 32]> {
+    let f = File::open(path)?;
+    let mut buf = vec![0u8; block_size as usize];
+    let mut hashes = Vec::new();
+    let mut off = 0u64;
+    while off < size {
+        let n = (size - off).min(block_size as u64) as usize;
+        f.read_exact_at(&mut buf[..n], off)?;
+        hashes.push(block_hash(&buf[..n]));
+        off += n as u64;
+    }
+    Ok(FileDigest::of(size, hashes.iter()))
+}
+
+impl Receiving<'_, '_> {
+    /// Answers the files of a gated session in manifest order.
+    pub(crate) fn answerer(&self, questions: mpsc::Receiver<Question>) {
+        while !self.sh.is_done() && !self.sh.stopped() {
+            let q = match questions.recv_timeout(POLL) {
+                Ok(q) => q,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            if let Err(e) = self.answer(q) {
+                self.sh.fail(e, true);
+                return;
+            }
+        }
+    }
+
+    fn answer(&self, q: Question) -> Result<(), TransferError> {
+        let existing = self
+            .sink
+            .final_path(&q.path)?
+            .and_then(|p| std::fs::metadata(&p).ok().map(|m| (p, m)))
+            .filter(|(_, m)| m.is_file());
+        if self.opts.update {
+            if let Some((path, meta)) = &existing {
+                if meta.len() == q.size && self.up_to_date(q.id, path, meta, &q)? {
+                    let mut st = self.sh.lock();
+                    st.skip(q.id)?;
+                    Progress::add(&self.sh.progress.skipped_files, 1);
+                    Progress::add(&self.sh.progress.skipped_bytes, q.size);
+                    let actions = Self::drain(&mut st);
+                    drop(st);
+                    return self.execute(actions);
+                }
+            }
+        }
+        let basis_path = match &self.opts.basis {
+            Some(b) => Some(b.clone()),
+            None if self.opts.dedup => existing.map(|(p, _)| p),
+            None => None,
+        };
+        // The basis is opened before the new file replaces it; the open
+        // file stays readable whatever happens to its name.
+        let basis = basis_path.and_then(|p| File::open(&p).ok().map(|f| (p, f)));
+        self.sink.open_file(q.id, &q.path, q.size)?;
+        let ids = match basis {
+            Some((p, f)) => {
+                let t0 = Instant::now();
+                let ids = chunk_ids(&f)
+                    .map_err(|e| TransferError::from(StoreError::io("read the basis", &p, &e)))?;
+                tracing::debug!(
+                    "basis {} cut into {} chunks in {:?}",
+                    p.display(),
+                    ids.len(),
+                    t0.elapsed()
+                );
+                self.bases
+                    .open
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(q.id, Arc::new(f));
+                ids
+            }
+            None => Vec::new(),
+        };
+        let actions = {
+            let mut st = self.sh.lock();
+            st.opened(q.id)?;
+            st.ready(q.id, ids);
+            Self::drain(&mut st)
+        };
+        self.sh.cv.notify_all();
+        self.execute(actions)
+    }
+
+    /// `--update`: the same size and modification time (to the second,
+    /// and the nanosecond where both sides keep them), or, with
+    /// `--checksum`, the same content.
+    fn up_to_date(
+        &self,
+        id: u32,
+        path: &Path,
+        meta: &std::fs::Metadata,
+        q: &Question,
+    ) -> Result<bool, TransferError> {
+        if self.opts.checksum {
+            let Some(want) = self.sh.lock().source_digest(id) else {
+                return Ok(false);
+            };
+            let have = file_digest(path, q.size, self.block_size)
+                .map_err(|e| TransferError::from(StoreError::io("read", path, &e)))?;
+            return Ok(have == want);
+        }
+        let (secs, nsec) = (meta.mtime(), meta.mtime_nsec() as u32);
+        Ok(secs == q.mtime.0 && (nsec == q.mtime.1 || nsec == 0 || q.mtime.1 == 0))
+    }
+
+    /// The bytes of a block as sent with `codec` (P-30, P-31). Bytes that
+    /// do not decode come back as zeros, so the block fails its hash and
+    /// is asked for again (whole, the second time).
+    pub(crate) fn decode(&self, file: u32, codec: u8, data: &[u8], len: u32) -> Vec<u8> {
+        let progress = self.sh.progress;
+        if codec & CODEC_DELTA == 0 {
+            return crate::compress::decode(codec, data, len, progress);
+        }
+        match self.rebuild(file, codec & !CODEC_DELTA, data, len) {
+            Ok(out) => out,
+            Err(why) => {
+                tracing::warn!("a delta block of file {file} could not be rebuilt ({why}); asking for it whole");
+                vec![0u8; len as usize]
+            }
+        }
+    }
+
+    fn rebuild(&self, file: u32, codec: u8, data: &[u8], len: u32) -> Result<Vec<u8>, String> {
+        let (head, body) = data.split_at_checked(4).ok_or("short program")?;
+        let plen = u32::from_le_bytes(head.try_into().expect("4 bytes"));
+        if plen > 2 * wire::MAX_BLOCK_SIZE {
+            return Err("program too long".into());
+        }
+        let progress = self.sh.progress;
+        let prog = if codec == wire::CODEC_NONE {
+            body.to_vec()
+        } else {
+            crate::compress::decode(codec, body, plen, progress)
+        };
+        let pieces = program::decode(&prog, len).map_err(|e| e.to_string())?;
+        let mut out = Vec::with_capacity(len as usize);
+        let mut copied = 0u64;
+        for p in pieces {
+            match p {
+                Piece::Literal(b) => out.extend_from_slice(b),
+                Piece::Basis { from, len } => {
+                    let f = self.bases.get(file).ok_or("no basis for this file")?;
+                    let at = out.len();
+                    out.resize(at + len as usize, 0);
+                    f.read_exact_at(&mut out[at..], from)
+                        .map_err(|e| format!("reading the basis: {e}"))?;
+                    copied += len as u64;
+                }
+                Piece::Cache { hash, skip, len } => {
+                    let c = self.opts.cache.as_ref().ok_or("no chunk cache here")?;
+                    let at = out.len();
+                    out.resize(at + len as usize, 0);
+                    let found = c
+                        .read(&hash, skip, &mut out[at..])
+                        .map_err(|e| format!("reading the chunk cache: {e}"))?;
+                    if !found {
+                        return Err("a chunk left the cache".into());
+                    }
+                    copied += len as u64;
+                }
+            }
+        }
+        Progress::add(&progress.dedup_bytes, copied);
+        Ok(out)
+    }
+}
+
+/// Cuts each file the receiver answered with a basis into chunks, in
+/// order, and hands them to the session, which then lets the file go.
+pub(crate) fn planner(sh: &Shared<SenderSession>, sources: &Sources) {
+    while !sh.is_done() && !sh.stopped() {
+        let file = {
+            let mut st = sh.lock();
+            match st.poll_plan() {
+                Some(f) => f,
+                None => {
+                    let _ = sh.cv.wait_timeout(st, POLL);
+                    continue;
+                }
+            }
+        };
+        let path = sources.path(file).cloned().unwrap_or_default();
+        let chunks = File::open(&path).and_then(|f| {
+            chunk::chunks_of(std::io::BufReader::with_capacity(1 << 20, f), |_, _| {})
+        });
+        let chunks = match chunks {
+            Ok(c) => c,
+            Err(e) => {
+                sh.fail(StoreError::io("read", &path, &e).into(), true);
+                return;
+            }
+        };
+        let r = sh.lock().planned(file, &chunks);
+        if let Err(e) = r {
+            sh.fail(e.into(), true);
+            return;
+        }
+        sh.cv.notify_all();
+    }
+}
+
+/// Replaces the block in `buf[at..]` with `[program length][program]`
+/// built from `parts`, if that is shorter by a margin; returns whether it
+/// did. The caller may then compress the program in place (from `at + 4`).
+pub(crate) fn encode(buf: &mut Vec<u8>, at: usize, parts: &[Part]) -> bool {
+    let block = &buf[at..];
+    let pieces = parts.iter().map(|p| match *p {
+        Part::Literal { at, len } => Piece::Literal(&block[at as usize..(at + len) as usize]),
+        Part::Basis { from, len } => Piece::Basis { from, len },
+        Part::Cache { hash, skip, len } => Piece::Cache { hash, skip, len },
+    });
+    let mut out = vec![0u8; 4];
+    program::encode(pieces, &mut out);
+    if out.len() + 64 >= block.len() {
+        return false;
+    }
+    let plen = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&plen.to_le_bytes());
+    buf.truncate(at);
+    buf.extend_from_slice(&out);
+    true
+}
+
+/// Prepares a sender whose receiver answers every file: under
+/// `--checksum`, each file's digest follows its entry, so every source is
+/// read once here, before anything is sent (as rsync does).
+pub(crate) fn gate_sender(
+    session: &mut SenderSession,
+    sync: &wire::SyncOptions,
+    sources: &Sources,
+    block_size: u32,
+) -> Result<(), TransferError> {
+    session.gate();
+    if sync.update && sync.checksum {
+        for (id, size) in session
+            .file_sizes()
+            .into_iter()
+            .filter(|(_, size)| *size > 0)
+        {
+            let path = sources.path(id).cloned().unwrap_or_default();
+            let digest = file_digest(&path, size, block_size)
+                .map_err(|e| TransferError::from(StoreError::io("read", &path, &e)))?;
+            session.add_digest(id, digest);
+        }
+    }
+    Ok(())
+}
+
+/// Prepares a receiver that answers every file (P-31, P-32): it first
+/// announces its cache.
+pub(crate) fn gate_receiver(
+    session: &mut session::ReceiverSession,
+    sync: &wire::SyncOptions,
+    opts: &ReceiveOptions,
+) {
+    session.gate();
+    if sync.update && sync.checksum {
+        session.expect_digests();
+    }
+    if let (Some(c), true) = (&opts.cache, opts.dedup) {
+        session.announce_cache(c.ids());
+    }
+}
+
+impl Receiving<'_, '_> {
+    /// Feeds each placed file to the chunk cache, until the transfer ends
+    /// and every file placed is in; then saves the cache's index.
+    pub(crate) fn cacher(&self, cache: &ChunkCache, placed: mpsc::Receiver<PathBuf>) {
+        let add = |p: PathBuf| {
+            if let Err(e) = cache.insert_file(&p) {
+                tracing::warn!("could not add {} to the chunk cache: {e}", p.display());
+            }
+            self.caching
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        };
+        loop {
+            match placed.recv_timeout(POLL) {
+                Ok(p) => add(p),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if self.sh.is_done() || self.sh.stopped() {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        while let Ok(p) = placed.try_recv() {
+            if self.sh.stopped() {
+                break;
+            }
+            add(p);
+        }
+        if let Err(e) = cache.save() {
+            tracing::warn!("could not save the chunk cache's index: {e}");
+        }
+    }
+}
