@@ -124,6 +124,16 @@ pub struct CpArgs {
     /// times; both sides read every file first, as rsync -c does.
     #[arg(short = 'c', long)]
     pub checksum: bool,
+    /// Remove files and directories under the destination that the
+    /// source does not have: in each directory sent, and with a `dir/`
+    /// source in the destination itself (rsync --delete). Needs -r. Try
+    /// it with --dry-run first.
+    #[arg(long)]
+    pub delete: bool,
+    /// Change nothing: list the files that would be sent (and, with
+    /// --delete, removed), then stop.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
     /// Do not match files against what the receiver holds. By default a
     /// file that already exists at the destination (or --basis) is cut
     /// into content-defined chunks, and only the chunks the receiver

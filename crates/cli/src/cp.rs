@@ -174,6 +174,11 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     let peer = plan.peer().clone();
     let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
     let ssh = use_ssh(&a, &peer, &known_hosts)?;
+    if a.delete && !a.recursive {
+        return Err(usage(
+            "--delete removes files from directories, so it needs -r (or haul sync)",
+        ));
+    }
     let is_pull = matches!(plan, Plan::Pull { .. });
     if !ssh && !is_pull && a.cache.cache.is_some() {
         return Err(usage(
@@ -224,6 +229,8 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
             dedup: !a.no_dedup,
             update: a.update || a.checksum,
             checksum: a.checksum,
+            delete: a.delete,
+            dry_run: a.dry_run,
             ..Default::default()
         },
         basis: a.basis.clone(),

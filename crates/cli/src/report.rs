@@ -151,6 +151,13 @@ pub struct Json<'a> {
     /// Files (and their bytes) already in place, not sent (--update).
     pub skipped_files: u64,
     pub skipped_bytes: u64,
+    /// --dry-run: nothing was sent; `would_send` lists what would be.
+    pub dry_run: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_send: Option<&'a [String]>,
+    pub would_send_bytes: u64,
+    /// --delete: paths removed (or, in a dry run, that would be).
+    pub deleted: &'a [String],
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
@@ -196,6 +203,10 @@ pub fn json(r: &Report, direction: &str) -> String {
         saved_dedup_bytes: r.dedup_saved,
         skipped_files: r.skipped_files,
         skipped_bytes: r.skipped_bytes,
+        dry_run: r.dry_run,
+        would_send: r.dry_run.then_some(&r.listed[..]),
+        would_send_bytes: r.listed_bytes,
+        deleted: &r.deleted,
         udp: r.udp.map(|u| UdpJson {
             datagram_bytes: u.payload,
             datagrams_sent: u.sent,
@@ -257,6 +268,39 @@ pub fn window_limit(r: &Report) -> f64 {
 /// The human summary, in the spirit of Tsunami's end-of-transfer report:
 /// what arrived, then what the channel (TCP streams or UDP) did.
 pub fn text(r: &Report) -> String {
+    let mut lines = String::new();
+    for d in &r.deleted {
+        lines += &format!(
+            "{}{d}\n",
+            if r.dry_run {
+                "would delete "
+            } else {
+                "deleted "
+            }
+        );
+    }
+    if r.dry_run {
+        for l in &r.listed {
+            lines += &format!("would send {l}\n");
+        }
+        return lines
+            + &format!(
+                "haul: dry run: {} file{} ({}) would be sent, {} already up to date{}; nothing was changed",
+                r.listed.len(),
+                if r.listed.len() == 1 { "" } else { "s" },
+                bytes(r.listed_bytes),
+                r.skipped_files,
+                if r.deleted.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} would be deleted", r.deleted.len())
+                }
+            );
+    }
+    lines + &summary_text(r)
+}
+
+fn summary_text(r: &Report) -> String {
     let secs = r.duration.as_secs_f64().max(1e-9);
     let s = &r.summary;
     let goodput = s.file_bytes as f64 * 8.0 / secs;

@@ -838,3 +838,91 @@ fn the_chunk_cache_serves_chunks_seen_in_earlier_transfers() {
     let err = fails(&out, 2);
     assert!(err.contains("serve --cache"), "{err}");
 }
+
+/// Like `assert_same_tree`, but for what a `dir/` copy carries: the
+/// directories' contents, not the top directory's own mode and time.
+fn assert_same_contents(a: &std::path::Path, b: &std::path::Path) {
+    let names = |p: &std::path::Path| {
+        let mut v: Vec<_> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(a), names(b), "entries of {}", b.display());
+    for n in names(a) {
+        assert_same_tree(&a.join(&n), &b.join(&n));
+    }
+}
+
+#[test]
+fn delete_and_dry_run_both_ways() {
+    let env = Env::new();
+    let server = env.serve();
+    let tree = env.local.join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    write_file(&tree.join("keep"), &random_bytes(70_000, 61));
+    write_file(&tree.join("sub/keep2"), &random_bytes(80_000, 62));
+    let sync = |extra: &[&str], from: &str, to: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_haul"));
+        c.arg("sync")
+            .args(extra)
+            .args(["--json", from, to])
+            .env("HAUL_HOME", &env.home)
+            .stdin(std::process::Stdio::null());
+        json_of(&c.output().unwrap())
+    };
+    let src = format!("{}/", tree.display());
+    let dest = env.remote(&server, "mirror/");
+    sync(&[], &src, &dest);
+    let mirror = env.root.join("mirror");
+    assert_same_contents(&tree, &mirror);
+    // Extra files at the destination, one at the top, one in a subtree,
+    // and a whole extra directory; one new file at the source.
+    write_file(&mirror.join("stale"), b"old");
+    write_file(&mirror.join("sub/stale2"), b"old");
+    fs::create_dir_all(mirror.join("gone/deep")).unwrap();
+    write_file(&mirror.join("gone/deep/x"), b"old");
+    write_file(&tree.join("new"), &random_bytes(5000, 63));
+
+    // A dry run changes nothing and says what would happen.
+    let dry = sync(&["--delete", "--dry-run"], &src, &dest);
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert_eq!(dry["would_send"], serde_json::json!(["new"]), "{dry}");
+    let mut deleted: Vec<String> = serde_json::from_value(dry["deleted"].clone()).unwrap();
+    deleted.sort();
+    assert_eq!(deleted, ["gone", "stale", "sub/stale2"], "{dry}");
+    assert!(mirror.join("stale").exists() && !mirror.join("new").exists());
+    assert!(temporaries(&env.root).is_empty());
+
+    // Without --delete, extra files stay; with it they go.
+    sync(&[], &src, &dest);
+    assert!(mirror.join("stale").exists() && mirror.join("new").exists());
+    let done = sync(&["--delete"], &src, &dest);
+    assert_eq!(done["deleted"].as_array().unwrap().len(), 3, "{done}");
+    assert_same_contents(&tree, &mirror);
+
+    // The same by pull, into a local mirror.
+    let local = env.local.join("pulled");
+    sync(
+        &[],
+        &env.remote(&server, "mirror/"),
+        &format!("{}/", local.display()),
+    );
+    write_file(&local.join("extra"), b"x");
+    let dry = sync(
+        &["--delete", "-n"],
+        &env.remote(&server, "mirror/"),
+        &format!("{}/", local.display()),
+    );
+    assert_eq!(dry["deleted"], serde_json::json!(["extra"]), "{dry}");
+    assert_eq!(dry["would_send"], serde_json::json!([]), "{dry}");
+    assert!(local.join("extra").exists());
+    sync(
+        &["--delete"],
+        &env.remote(&server, "mirror/"),
+        &format!("{}/", local.display()),
+    );
+    assert_same_contents(&tree, &local);
+}

@@ -139,6 +139,12 @@ pub struct Report {
     /// Files found already in place and not sent (P-32), and their bytes.
     pub skipped_files: u64,
     pub skipped_bytes: u64,
+    /// `--dry-run`: paths that would be sent, and their bytes.
+    pub dry_run: bool,
+    pub listed: Vec<String>,
+    pub listed_bytes: u64,
+    /// `--delete`: paths removed (or that would be).
+    pub deleted: Vec<String>,
     /// File bytes in all-zero blocks, announced instead of sent (P-29).
     pub zero_bytes: u64,
     pub duration: Duration,
@@ -159,6 +165,7 @@ struct Tail {
     started: Instant,
     rtt: Duration,
     protection: Protection,
+    dry_run: bool,
 }
 
 impl Tail {
@@ -185,6 +192,10 @@ impl Tail {
             dedup_saved: get(&p.dedup_bytes),
             skipped_files: get(&p.skipped_files),
             skipped_bytes: get(&p.skipped_bytes),
+            dry_run: self.dry_run,
+            listed: std::mem::take(&mut *p.listed.lock().unwrap_or_else(|e| e.into_inner())),
+            listed_bytes: get(&p.listed_bytes),
+            deleted: std::mem::take(&mut *p.deleted.lock().unwrap_or_else(|e| e.into_inner())),
             udp,
             duration: self.started.elapsed(),
             summary,
@@ -596,6 +607,7 @@ impl Connected {
             started: self.started,
             rtt: self.rtt,
             protection: self.cfg.protection,
+            dry_run: self.cfg.sync.dry_run,
         }
     }
 
@@ -685,6 +697,9 @@ impl Connected {
             checksum: self.cfg.sync.checksum,
             basis: self.cfg.basis.as_ref().map(Into::into),
             cache: self.cfg.cache.clone(),
+            delete: self.cfg.sync.delete,
+            contents,
+            dry_run: self.cfg.sync.dry_run,
         };
         let gated = opts.gated(sink.destination_exists());
         let (plan, _) = self.request(

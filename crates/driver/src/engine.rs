@@ -295,7 +295,10 @@ fn run_sender_with(
     if let Some(e) = sh.take_error() {
         return Err(e);
     }
-    let st = sh.lock();
+    let mut st = sh.lock();
+    *progress.listed.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.listed);
+    *progress.deleted.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.deleted);
+    Progress::set(&progress.listed_bytes, st.listed_bytes);
     let summary = st.finished().ok_or_else(|| {
         TransferError::new(
             ErrorCode::Other,
@@ -581,6 +584,7 @@ impl Receiving<'_, '_> {
             let mut more = Vec::new();
             for a in actions {
                 match a {
+                    Action::MakeDir { .. } | Action::MakeSymlink { .. } if self.opts.dry_run => {}
                     Action::MakeDir { path, mode, .. } => self.sink.make_dir(&path, mode)?,
                     Action::MakeSymlink { path, target, .. } => {
                         self.sink.make_symlink(&path, &target)?
@@ -592,7 +596,7 @@ impl Receiving<'_, '_> {
                         mtime,
                         mtime_nsec,
                     } => {
-                        if let (Some(q), true) = (&self.questions, size > 0) {
+                        if let (Some(q), true) = (&self.questions, size > 0 || self.opts.dry_run) {
                             let _ = q.send(Question {
                                 id,
                                 path,
@@ -615,7 +619,12 @@ impl Receiving<'_, '_> {
                         let _ = self.fin_tx.send((id, mode, mtime, mtime_nsec));
                     }
                     Action::Finish { dirs } => {
-                        self.sink.finish(&dirs)?;
+                        if self.opts.delete {
+                            crate::dedup::delete_extraneous(self, &dirs)?;
+                        }
+                        if !self.opts.dry_run {
+                            self.sink.finish(&dirs)?;
+                        }
                         // The chunk cache has every file and its index is
                         // saved before the sender hears `Done` (and a
                         // remote side started over ssh may be ended).

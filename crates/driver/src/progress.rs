@@ -53,6 +53,11 @@ pub struct Progress {
     /// Files found already in place and not sent (P-32), and their bytes.
     pub skipped_files: AtomicU64,
     pub skipped_bytes: AtomicU64,
+    /// `--dry-run`: paths that would be sent, and their bytes.
+    pub listed: std::sync::Mutex<Vec<String>>,
+    pub listed_bytes: AtomicU64,
+    /// `--delete`: paths removed (or that would be, in a dry run).
+    pub deleted: std::sync::Mutex<Vec<String>>,
 }
 
 impl Progress {

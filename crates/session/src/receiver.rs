@@ -122,6 +122,13 @@ pub struct ReceiverSession {
     gated: bool,
     /// The sender follows each non-empty file's entry with its `Digest`.
     expect_digests: bool,
+    /// `--dry-run`: a file answered `Ready` is only listed, not sent.
+    dry_run: bool,
+    /// Every entry's path, in manifest order (for `--delete`).
+    paths: Vec<Vec<u8>>,
+    /// Files a dry run lists as to be sent, and their bytes.
+    pub files_listed: u64,
+    pub bytes_listed: u64,
     /// Files already in place that were not sent (P-32), and their bytes.
     pub files_skipped: u64,
     pub bytes_skipped: u64,
@@ -154,6 +161,10 @@ impl ReceiverSession {
             finished: false,
             gated: false,
             expect_digests: false,
+            dry_run: false,
+            paths: Vec::new(),
+            files_listed: 0,
+            bytes_listed: 0,
             files_skipped: 0,
             bytes_skipped: 0,
             bad_blocks: 0,
@@ -172,6 +183,24 @@ impl ReceiverSession {
     /// the sender's digest of it, and the file is opened only then.
     pub fn expect_digests(&mut self) {
         self.expect_digests = true;
+    }
+
+    /// `--dry-run` (P-32): nothing is sent; a file answered `Ready` is
+    /// counted as listed, and the sender does the same.
+    pub fn dry_run(&mut self) {
+        self.dry_run = true;
+    }
+
+    /// Every entry's path so far, in manifest order.
+    pub fn entry_paths(&self) -> &[Vec<u8>] {
+        &self.paths
+    }
+
+    /// Tells the sender what `--delete` removed (or would remove).
+    pub fn deleted(&mut self, paths: Vec<Vec<u8>>) {
+        for part in paths.chunks(wire::DELETED_PER_MESSAGE) {
+            self.outbox.push_back(Msg::Deleted(part.to_vec()));
+        }
     }
 
     pub fn is_gated(&self) -> bool {
@@ -201,6 +230,14 @@ impl ReceiverSession {
             list.push(file);
         } else {
             self.outbox.push_back(Msg::Ready(vec![file]));
+        }
+        if self.dry_run {
+            if let Some(f) = self.files.get_mut(&file).filter(|f| !f.skipped) {
+                f.skipped = true;
+                self.files_listed += 1;
+                self.bytes_listed += f.size;
+                self.check_finished();
+            }
         }
     }
 
@@ -261,6 +298,7 @@ impl ReceiverSession {
                     )));
                 }
                 paths::components(&e.path)?;
+                self.paths.push(e.path.clone());
                 match e.kind {
                     EntryKind::Dir {
                         mode,
@@ -512,7 +550,7 @@ impl ReceiverSession {
     fn check_finished(&mut self) {
         if self.finishing
             || self.manifest.is_none()
-            || self.files_placed + self.files_skipped != self.files.len() as u64
+            || self.files_placed + self.files_skipped + self.files_listed != self.files.len() as u64
         {
             return;
         }
@@ -663,6 +701,57 @@ mod tests {
         assert!(!rx2.is_finished(), "Done waits for directory metadata");
         rx2.complete();
         assert!(rx2.is_finished());
+    }
+
+    #[test]
+    fn gated_answers_are_batched_and_skips_finish_the_transfer() {
+        let mut rx = ReceiverSession::new(4);
+        rx.gate();
+        rx.announce_cache(vec![([9; 16], 4)]);
+        rx.handle(file(1, "a", 6)).unwrap();
+        rx.handle(file(2, "b", 6)).unwrap();
+        rx.handle(file(3, "c", 6)).unwrap();
+        rx.handle(Msg::ManifestEnd {
+            files: 3,
+            bytes: 18,
+        })
+        .unwrap();
+        rx.ready(1, vec![([1; 16], 6)]);
+        rx.ready(2, vec![]);
+        rx.skip(3).unwrap();
+        assert!(rx.skip(3).is_err(), "skipped twice");
+        let msgs: Vec<Msg> = std::iter::from_fn(|| rx.poll_control()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                Msg::Chunks {
+                    file: wire::CACHE_FILE,
+                    chunks: vec![([9; 16], 4)]
+                },
+                Msg::Chunks {
+                    file: 1,
+                    chunks: vec![([1; 16], 6)]
+                },
+                Msg::Ready(vec![1, 2]),
+                Msg::Skip(vec![3]),
+            ]
+        );
+        assert_eq!((rx.files_skipped, rx.bytes_skipped), (1, 6));
+
+        // A dry run lists what it would take and finishes at once.
+        let mut dry = ReceiverSession::new(4);
+        dry.gate();
+        dry.dry_run();
+        dry.handle(file(1, "a", 6)).unwrap();
+        dry.handle(Msg::ManifestEnd { files: 1, bytes: 6 }).unwrap();
+        dry.ready(1, vec![]);
+        dry.deleted(vec![b"x".to_vec()]);
+        assert!(
+            std::iter::from_fn(|| dry.poll_action()).any(|a| matches!(a, Action::Finish { .. }))
+        );
+        dry.complete();
+        assert!(dry.is_finished());
+        assert_eq!(dry.files_listed, 1);
     }
 
     #[test]

@@ -71,6 +71,13 @@ pub struct SenderSession {
     /// Files the receiver already holds (P-32), and their bytes.
     pub skipped_files: u64,
     pub skipped_bytes: u64,
+    /// `--dry-run`: files answered `Ready` are listed, not sent.
+    dry_run: bool,
+    /// Paths a dry run would send.
+    pub listed: Vec<String>,
+    pub listed_bytes: u64,
+    /// Paths the receiver's `--delete` removed (or would).
+    pub deleted: Vec<String>,
     /// Blocks sent again because the receiver rejected them.
     pub retransmitted: u64,
     /// File bytes the receiver has acknowledged.
@@ -136,6 +143,10 @@ impl SenderSession {
             plans: HashMap::new(),
             skipped_files: 0,
             skipped_bytes: 0,
+            dry_run: false,
+            listed: Vec::new(),
+            listed_bytes: 0,
+            deleted: Vec::new(),
             retransmitted: 0,
             acked_bytes: 0,
             files_done: 0,
@@ -147,6 +158,13 @@ impl SenderSession {
     pub fn gate(&mut self) {
         self.gated = true;
         self.sched.hold_all();
+    }
+
+    /// `--dry-run` (P-32): send nothing; list what the receiver would
+    /// take. Implies [`SenderSession::gate`].
+    pub fn dry_run(&mut self) {
+        self.dry_run = true;
+        self.gate();
     }
 
     /// Sends `digest` after the entry of `file` (`--checksum`, P-32).
@@ -345,10 +363,23 @@ impl SenderSession {
             }
             Msg::Ready(list) if self.gated => {
                 for file in list {
-                    if !self.files.contains_key(&file) {
+                    let Some(f) = self.files.get_mut(&file) else {
                         return Err(SenderError::Protocol(format!(
                             "ready for unknown file {file}"
                         )));
+                    };
+                    if self.dry_run {
+                        // An empty file was never held: it has no blocks.
+                        if f.done || (f.size > 0 && !self.sched.skip(file)) {
+                            return Err(SenderError::Protocol(format!(
+                                "ready for file {file}, which is not waiting"
+                            )));
+                        }
+                        f.done = true;
+                        self.files_left -= 1;
+                        self.listed.push(f.path.clone());
+                        self.listed_bytes += f.size;
+                        continue;
                     }
                     let has_basis = self.known.get(&file).is_some_and(|k| !k.is_empty());
                     if self.sched.is_held(file) && (has_basis || !self.cache.is_empty()) {
@@ -375,6 +406,13 @@ impl SenderSession {
                     self.skipped_bytes += f.size;
                     self.known.remove(&file);
                 }
+            }
+            Msg::Deleted(paths) => {
+                self.deleted.extend(
+                    paths
+                        .iter()
+                        .map(|p| String::from_utf8_lossy(p).into_owned()),
+                );
             }
             Msg::Done(s) => {
                 if self.files_left != 0 {
@@ -476,6 +514,105 @@ mod tests {
         assert_eq!(msgs[2], Msg::Zeros(vec![(0, 0), (0, 1)]));
         assert!(matches!(msgs[3], Msg::FileEnd { file: 0, .. }));
         assert_eq!(msgs[4], Msg::Zeros(vec![(0, 2)]));
+    }
+
+    #[test]
+    fn a_gated_file_waits_for_its_answer_then_goes_as_a_delta() {
+        // Two files of 3 blocks of 4 bytes; the receiver holds the first
+        // file's chunks and nothing of the second.
+        let data = b"abcdefghijkl";
+        let mut tx = SenderSession::new(
+            vec![file_entry(0, b"a", 12), file_entry(1, b"b", 12)],
+            4,
+            1 << 20,
+        );
+        tx.gate();
+        let now = Instant::now();
+        assert_eq!(tx.next_block(now), Next::Wait, "held until answered");
+        let ours = chunk::chunks(data);
+        let ids: Vec<_> = ours
+            .iter()
+            .map(|c| (chunk::short(&c.hash), c.len))
+            .collect();
+        tx.handle(
+            Msg::Chunks {
+                file: 0,
+                chunks: ids,
+            },
+            now,
+        )
+        .unwrap();
+        tx.handle(Msg::Ready(vec![0, 1]), now).unwrap();
+        // File 0 is cut into chunks first; file 1 waits behind it.
+        assert_eq!(tx.poll_plan(), Some(0));
+        assert_eq!(tx.poll_plan(), None);
+        assert_eq!(tx.next_block(now), Next::Wait);
+        tx.planned(0, &ours).unwrap();
+        let Next::Send(b) = tx.next_block(now) else {
+            panic!()
+        };
+        let (parts, literal) = tx.block_parts(&b).expect("a delta");
+        assert_eq!(literal, 0);
+        assert_eq!(parts, vec![chunk::Part::Basis { from: 0, len: 4 }]);
+        // A block the receiver rejected goes whole the second time.
+        tx.block_read(&b, [1; 32]).unwrap();
+        tx.handle(Msg::Nack { file: 0, index: 0 }, now).unwrap();
+        assert!(tx.block_parts(&b).is_none());
+        // A plan that does not cover the file means it changed.
+        let mut other = SenderSession::new(vec![file_entry(0, b"a", 12)], 4, 1 << 20);
+        other.gate();
+        other
+            .handle(
+                Msg::Chunks {
+                    file: 0,
+                    chunks: vec![([0; 16], 12)],
+                },
+                now,
+            )
+            .unwrap();
+        other.handle(Msg::Ready(vec![0]), now).unwrap();
+        assert_eq!(other.poll_plan(), Some(0));
+        assert!(matches!(
+            other.planned(0, &chunk::chunks(b"short")),
+            Err(SenderError::SourceChanged { .. })
+        ));
+    }
+
+    #[test]
+    fn skipped_and_dry_run_files_are_done_without_blocks() {
+        let now = Instant::now();
+        let mut tx = SenderSession::new(
+            vec![file_entry(0, b"a", 10), file_entry(1, b"b", 10)],
+            4,
+            1 << 20,
+        );
+        tx.gate();
+        tx.handle(Msg::Skip(vec![0]), now).unwrap();
+        assert!(tx.handle(Msg::Skip(vec![0]), now).is_err(), "skipped twice");
+        tx.handle(Msg::Ready(vec![1]), now).unwrap();
+        assert!(matches!(
+            tx.next_block(now),
+            Next::Send(BlockRef { file: 1, .. })
+        ));
+        assert!(
+            tx.handle(Msg::Skip(vec![1]), now).is_err(),
+            "a released file cannot be skipped"
+        );
+        assert_eq!((tx.skipped_files, tx.skipped_bytes), (1, 10));
+
+        let mut dry = SenderSession::new(
+            vec![file_entry(0, b"a", 10), file_entry(1, b"b", 0)],
+            4,
+            1 << 20,
+        );
+        dry.dry_run();
+        dry.handle(Msg::Ready(vec![0, 1]), now).unwrap();
+        assert_eq!(dry.listed, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(dry.next_block(now), Next::Wait, "nothing is sent");
+        dry.handle(Msg::Deleted(vec![b"old".to_vec()]), now)
+            .unwrap();
+        dry.handle(Msg::Done(Summary::default()), now).unwrap();
+        assert_eq!(dry.deleted, vec!["old".to_string()]);
     }
 
     #[test]

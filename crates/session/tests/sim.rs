@@ -91,12 +91,26 @@ fn manifest(sizes: &[u64]) -> Vec<Entry> {
 }
 
 fn simulate(seed: u64, sizes: &[u64], link: &Link) -> Outcome {
+    simulate_gated(seed, sizes, link, None)
+}
+
+/// With `skip_every: Some(n)` the receiver answers every file before it
+/// is sent (P-31), skipping (P-32) each non-empty file whose id is a
+/// multiple of `n`.
+fn simulate_gated(seed: u64, sizes: &[u64], link: &Link, skip_every: Option<u32>) -> Outcome {
     let mut rng = Rng(seed | 1);
     let t0 = Instant::now();
     let mut now = t0;
     let bs = DEFAULT_BLOCK_SIZE;
     let mut tx = SenderSession::new(manifest(sizes), bs, 256 << 20);
     let mut rx = ReceiverSession::new(bs);
+    if skip_every.is_some() {
+        tx.gate();
+        rx.gate();
+    }
+    let skipped = |id: u32| -> bool {
+        skip_every.is_some_and(|n| id.is_multiple_of(n) && sizes[id as usize - 1] > 0)
+    };
     let mut queue: BTreeMap<(Instant, u64), Event> = BTreeMap::new();
     let mut seq = 0u64;
     let mut push = |q: &mut BTreeMap<(Instant, u64), Event>, at: Instant, e: Event| {
@@ -116,7 +130,16 @@ fn simulate(seed: u64, sizes: &[u64], link: &Link) -> Outcome {
         // Drain both sides' outputs.
         while let Some(a) = rx.poll_action() {
             match a {
-                Action::OpenFile { id, .. } => rx.opened(id).unwrap(),
+                Action::OpenFile { id, size, .. } => {
+                    if skipped(id) {
+                        rx.skip(id).unwrap();
+                    } else {
+                        rx.opened(id).unwrap();
+                        if skip_every.is_some() && size > 0 {
+                            rx.ready(id, vec![]);
+                        }
+                    }
+                }
                 Action::Finalize { id, .. } => {
                     placed.insert(id);
                     rx.placed(id);
@@ -132,11 +155,14 @@ fn simulate(seed: u64, sizes: &[u64], link: &Link) -> Outcome {
             push(&mut queue, now + link.one_way, Event::ToSender(m));
         }
         if let Some(summary) = tx.finished() {
-            assert_eq!(summary.files as usize, sizes.len());
+            let skipped_ids: Vec<u32> = (1..=sizes.len() as u32).filter(|&i| skipped(i)).collect();
+            assert_eq!(summary.files as usize, sizes.len() - skipped_ids.len());
+            assert_eq!(tx.skipped_files as usize, skipped_ids.len());
+            let skipped_bytes: u64 = skipped_ids.iter().map(|&i| sizes[i as usize - 1]).sum();
             assert_eq!(
                 tx.acked_bytes,
-                sizes.iter().sum::<u64>(),
-                "seed {seed}: every byte acknowledged once"
+                sizes.iter().sum::<u64>() - skipped_bytes,
+                "seed {seed}: every byte sent acknowledged once"
             );
             return Outcome {
                 elapsed: now - t0,
@@ -309,5 +335,33 @@ fn corruption_with_a_straggler_stream_still_completes() {
         let out = simulate(seed, &sizes, &link);
         assert_eq!(out.placed.len(), sizes.len(), "seed {seed}");
         assert_eq!(out.acked_bytes, sizes.iter().sum::<u64>());
+    }
+}
+
+#[test]
+fn answered_files_cost_one_round_trip_not_one_per_file() {
+    // 10,000 small files at 150 ms RTT again, each answered by the
+    // receiver before it is sent, a third skipped as already in place.
+    let link = Link {
+        rates: vec![10.0 * MB; 4],
+        one_way: Duration::from_millis(75),
+        corrupt: 0.0,
+    };
+    let sizes = vec![10_000u64; 10_000];
+    let plain = simulate(3, &sizes, &link).elapsed.as_secs_f64();
+    let out = simulate_gated(3, &sizes, &link, Some(3));
+    let secs = out.elapsed.as_secs_f64();
+    assert!(secs < plain + 0.5, "gated {secs} s against {plain} s");
+    assert_eq!(out.placed.len(), 10_000 - 3333);
+    // With corruption and big files, skipped files stay skipped.
+    for seed in 1..=5 {
+        let link = Link {
+            rates: vec![50.0 * MB; 3],
+            one_way: Duration::from_millis(20),
+            corrupt: 0.05,
+        };
+        let sizes = [0, 1, 4 << 20, (4 << 20) + 1, 300_000_000, 5];
+        let out = simulate_gated(seed, &sizes, &link, Some(2));
+        assert_eq!(out.placed.len(), 3, "seed {seed}");
     }
 }

@@ -503,6 +503,76 @@ impl Sink {
         Ok(())
     }
 
+    /// What `--delete` removes (P-32): everything in the directories of
+    /// the manifest (`dirs`), and with `contents` in the destination
+    /// itself, that no manifest entry (`keep`) names. Each is returned
+    /// with its path relative to the destination, for the report.
+    pub fn extraneous(
+        &self,
+        dirs: &[Vec<u8>],
+        keep: &[Vec<u8>],
+        contents: bool,
+    ) -> Result<Vec<(PathBuf, Vec<u8>)>, StoreError> {
+        let Destination::Path { base, .. } = &self.dest else {
+            return Ok(Vec::new());
+        };
+        let mut kept = HashSet::new();
+        for rel in keep {
+            if let Some(p) = self.place(rel)? {
+                kept.insert(p);
+            }
+        }
+        let mut scopes = Vec::new();
+        if contents {
+            scopes.push(base.clone());
+        }
+        for rel in dirs {
+            if let Some(p) = self.place(rel)? {
+                scopes.push(p);
+            }
+        }
+        scopes.sort();
+        scopes.dedup();
+        let mut out = Vec::new();
+        for dir in scopes {
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            let mut children: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            children.sort();
+            for child in children {
+                if kept.contains(&child) {
+                    continue;
+                }
+                let rel = child
+                    .strip_prefix(base)
+                    .unwrap_or(&child)
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec();
+                out.push((child, rel));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes what [`Sink::extraneous`] found: files and links, and
+    /// directories with everything in them (links are not followed).
+    pub fn remove(&self, paths: &[PathBuf]) -> Result<(), StoreError> {
+        for p in paths {
+            let meta = match fs::symlink_metadata(p) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(StoreError::io("read", p, &e)),
+            };
+            let r = if meta.is_dir() {
+                fs::remove_dir_all(p)
+            } else {
+                fs::remove_file(p)
+            };
+            r.map_err(|e| StoreError::io("delete", p, &e))?;
+        }
+        Ok(())
+    }
+
     /// Removes every temporary file not yet renamed into place.
     pub fn abort(&self) {
         for (_, f) in self.files.lock().expect("file table").drain() {

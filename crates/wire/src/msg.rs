@@ -280,7 +280,13 @@ pub enum Msg {
         file: u32,
         digest: [u8; 32],
     },
+    /// Receiver, under `--delete`: these paths (relative to the
+    /// destination) were removed, or would be under `--dry-run` (P-32).
+    Deleted(Vec<Vec<u8>>),
 }
+
+/// Most paths in one `Deleted` message.
+pub const DELETED_PER_MESSAGE: usize = 1024;
 
 fn encode_ids(w: &mut Writer, list: &[u32]) {
     w.u32(list.len() as u32);
@@ -375,6 +381,12 @@ impl Msg {
             }
             Msg::Digest { file, digest } => {
                 w.u8(17).u32(*file).bytes(digest);
+            }
+            Msg::Deleted(paths) => {
+                w.u8(18).u32(paths.len() as u32);
+                for p in paths {
+                    w.var_bytes(p);
+                }
             }
             Msg::Entry(e) => {
                 w.u8(3).u32(e.id).var_bytes(&e.path);
@@ -548,6 +560,21 @@ impl Msg {
                 file: r.u32()?,
                 digest: r.array()?,
             },
+            18 => {
+                let n = r.u32()? as usize;
+                if n > DELETED_PER_MESSAGE {
+                    return Err(DecodeError::TooLong {
+                        what: "deleted paths",
+                        len: n,
+                        max: DELETED_PER_MESSAGE,
+                    });
+                }
+                let mut paths = Vec::with_capacity(n);
+                for _ in 0..n {
+                    paths.push(r.var_bytes("path", MAX_PATH_LEN)?.to_vec());
+                }
+                Msg::Deleted(paths)
+            }
             3 => {
                 let id = r.u32()?;
                 let path = r.var_bytes("path", MAX_PATH_LEN)?.to_vec();
@@ -797,6 +824,7 @@ mod tests {
             proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Skip),
             (any::<u32>(), any::<[u8; 32]>())
                 .prop_map(|(file, digest)| Msg::Digest { file, digest }),
+            proptest::collection::vec(bytes(), 0..5).prop_map(Msg::Deleted),
             (any::<u32>(), bytes(), arb_kind(), bytes()).prop_map(|(id, path, kind, target)| {
                 Msg::Entry(Entry {
                     id,
