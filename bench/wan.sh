@@ -34,8 +34,8 @@ ALL_PROFILES=(
   "wan-loss1|1000M|75|1"
   "slow|100M|15|0"
 )
-ALL_DATASETS=(random zeros text tree)
-ALL_TOOLS=(haul haul-noenc haul-nocomp haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
+ALL_DATASETS=(random zeros text tree usr)
+ALL_TOOLS=(haul haul-noenc haul-nocomp haul-lz4 haul-zstd haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
 QUICK_PROFILES=lan,wan,wan-loss1
 QUICK_TOOLS=haul,haul-noenc,haul-ssh,rsync,nc,nc-zstd,iperf3-cubic,iperf3-bbr
 
@@ -337,7 +337,11 @@ cleanup() {
 make_datasets() {
   local d need=0 tree_est=$((TREE_FILES * 33 * 1024))
   for d in "${DATASETS[@]}"; do
-    [[ $d == tree ]] && need=$((need + 2 * tree_est)) || need=$((need + 2 * SIZE_BYTES))
+    case $d in
+      tree) need=$((need + 2 * tree_est)) ;;
+      usr) need=$((need + 2 * $(du -sB1 /usr/share | cut -f1))) ;;
+      *) need=$((need + 2 * SIZE_BYTES)) ;;
+    esac
   done
   (($(avail_bytes /dev/shm) > need + 256 * 1024 * 1024)) \
     || die "not enough space in /dev/shm for datasets plus one received copy ($need bytes)"
@@ -360,8 +364,13 @@ make_datasets() {
         log "dataset tree: $TREE_FILES files of 1-64 KiB"
         python3 "$SCRIPT_DIR/wan_data.py" tree "${DS_PATH[$d]}" "$TREE_FILES" 1
         (cd "$DATA_DIR" && find tree -type f -print0 | sort -z | xargs -0 sha256sum) >"$TMP_DIR/tree.manifest" ;;
+      usr)
+        DS_PATH[$d]=$DATA_DIR/usr
+        log "dataset usr: a copy of /usr/share"
+        cp -a /usr/share "${DS_PATH[$d]}"
+        (cd "$DATA_DIR" && find usr -type f -print0 | sort -z | xargs -0 sha256sum) >"$TMP_DIR/usr.manifest" ;;
     esac
-    if [[ $d == tree ]]; then
+    if [[ $d == tree || $d == usr ]]; then
       DS_KIND[$d]="tree"
       DS_BYTES[$d]=$(find "${DS_PATH[$d]}" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
     else
@@ -378,7 +387,7 @@ verify() {
   if [[ ${DS_KIND[$d]} == tree ]]; then
     [[ -d $RECV/$name ]] || return 1
     (cd "$RECV" && find "$name" -type f -print0 | sort -z | xargs -0 -r sha256sum) \
-      | cmp -s - "$TMP_DIR/tree.manifest"
+      | cmp -s - "$TMP_DIR/$d.manifest"
   else
     cmp -s -- "${DS_PATH[$d]}" "$RECV/$name"
   fi
@@ -758,6 +767,8 @@ run_one() {
       haul) tool_haul "$d" "$cap" ;;
       haul-noenc) tool_haul "$d" "$cap" --no-encrypt ;;
       haul-nocomp) tool_haul "$d" "$cap" --compress none ;;
+      haul-lz4) tool_haul "$d" "$cap" --compress lz4 ;;
+      haul-zstd) tool_haul "$d" "$cap" --compress zstd ;;
       haul-ssh) tool_haul_ssh "$d" "$cap" ;;
       haul-ssh-relay) tool_haul_ssh "$d" "$cap" --through-ssh ;;
       scp) tool_scp "$d" "$cap" ;;
