@@ -163,10 +163,6 @@ impl Auto {
         }
     }
 
-    fn stats_mut(&mut self, codec: Codec) -> Option<&mut Stats> {
-        self.stats.iter_mut().find(|s| s.codec == codec)
-    }
-
     /// A block of `len` bytes took `elapsed` to compress into `out_len`
     /// bytes; its sampled estimate was `estimate`.
     pub fn record_compress(
@@ -205,11 +201,26 @@ impl Auto {
 
     /// The receiver took `elapsed` to decompress `len` bytes of output
     /// (reported back by the receiver).
+    /// zstd decodes at about the same speed whatever the level, so a zstd
+    /// measurement counts for every zstd level the policy weighs.
     pub fn record_decompress(&mut self, codec: Codec, len: usize, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
-        if let Some(s) = self.stats_mut(codec).filter(|_| secs > 0.0 && len > 0) {
+        if secs <= 0.0 || len == 0 {
+            return;
+        }
+        let family = std::mem::discriminant(&codec);
+        for s in self
+            .stats
+            .iter_mut()
+            .filter(|s| std::mem::discriminant(&s.codec) == family)
+        {
             s.decompress_bps = ewma(s.decompress_bps, len as f64 / secs, s.measured.min(1));
         }
+    }
+
+    /// The cores the receiver decompresses on, once it has said.
+    pub fn set_receiver_cores(&mut self, cores: usize) {
+        self.receiver_cores = cores.max(1) as f64;
     }
 
     /// Seconds one block of `len` bytes holds the pipeline, raw.
@@ -387,6 +398,21 @@ mod tests {
                     Duration::from_secs_f64(MIB as f64 / 20e6),
                 );
             }
+        }
+        assert_eq!(a.decide(&block).choice, Choice::Raw);
+    }
+
+    #[test]
+    fn a_slow_receiver_turns_compression_off() {
+        // 1 Gbit/s and a text block: worth compressing, until the receiver
+        // reports that it decompresses at 10 MB/s on one core.
+        let block = text(MIB, 7);
+        let mut a = Auto::new(Mode::Auto, 2, 2);
+        a.set_link_rate(125e6);
+        assert!(matches!(a.decide(&block).choice, Choice::Compress(_)));
+        a.set_receiver_cores(1);
+        for c in [Codec::Lz4, Codec::Zstd(3)] {
+            a.record_decompress(c, MIB, Duration::from_millis(100));
         }
         assert_eq!(a.decide(&block).choice, Choice::Raw);
     }

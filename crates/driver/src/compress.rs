@@ -132,8 +132,72 @@ impl Compression {
         })
     }
 
+    /// The receiver's report of its decompression speed (P-30).
+    pub fn record_decode(&self, msg: &wire::Msg) {
+        let wire::Msg::DecodeSpeed {
+            cores,
+            lz4_bytes,
+            lz4_micros,
+            zstd_bytes,
+            zstd_micros,
+        } = *msg
+        else {
+            return;
+        };
+        let mut p = self.lock();
+        p.set_receiver_cores(cores as usize);
+        for (c, bytes, us) in [
+            (Codec::Lz4, lz4_bytes, lz4_micros),
+            (Codec::Zstd(3), zstd_bytes, zstd_micros),
+        ] {
+            if bytes > 0 && us > 0 {
+                p.record_decompress(c, bytes as usize, Duration::from_micros(us));
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Auto> {
         self.policy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a receiver tells the sender about its decompression (P-30): the
+/// bytes and time since the last report, at most once a second.
+#[derive(Default)]
+pub struct DecodeMeter {
+    last: Option<Instant>,
+    sent: [u64; 4],
+}
+
+impl DecodeMeter {
+    pub fn report(&mut self, progress: &Progress) -> Option<wire::Msg> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return None;
+        }
+        let totals = [
+            Progress::get(&progress.decoded_lz4),
+            Progress::get(&progress.decoded_lz4_us),
+            Progress::get(&progress.decoded_zstd),
+            Progress::get(&progress.decoded_zstd_us),
+        ];
+        if totals == self.sent {
+            return None;
+        }
+        self.last = Some(now);
+        let d: Vec<u64> = totals.iter().zip(self.sent).map(|(t, s)| t - s).collect();
+        self.sent = totals;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Some(wire::Msg::DecodeSpeed {
+            cores: cores.min(u16::MAX as usize) as u16,
+            lz4_bytes: d[0],
+            lz4_micros: d[1],
+            zstd_bytes: d[2],
+            zstd_micros: d[3],
+        })
     }
 }
 
@@ -148,8 +212,16 @@ pub fn decode(codec: u8, data: &[u8], len: u32, progress: &Progress) -> Vec<u8> 
     };
     CODER.with_borrow_mut(|(coder, _)| {
         let mut out = Vec::with_capacity(len as usize);
+        let t0 = Instant::now();
         match coder.decompress(c, data, len as usize, &mut out) {
             Ok(()) => {
+                let us = t0.elapsed().as_micros() as u64;
+                let (bytes, micros) = match c {
+                    Codec::Lz4 => (&progress.decoded_lz4, &progress.decoded_lz4_us),
+                    _ => (&progress.decoded_zstd, &progress.decoded_zstd_us),
+                };
+                Progress::add(bytes, len as u64);
+                Progress::add(micros, us);
                 Progress::add(&progress.compressed_in, len as u64);
                 Progress::add(&progress.compressed_out, data.len() as u64);
                 out

@@ -257,10 +257,24 @@ fn run_sender_with(
     let bucket = rate.map(|r| Mutex::new(TokenBucket::new(r, (r / 50).max(256 << 10))));
     let (acks_tx, acks_rx) = mpsc::channel();
     let acks_tx = udp.is_some().then_some(acks_tx);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<Prepared>(2 * workers);
+    let (mut ready_tx, ready_rx) = (Some(ready_tx), Mutex::new(ready_rx));
     std::thread::scope(|scope| {
-        for w in data {
-            let (sh, bucket) = (&sh, bucket.as_ref());
-            scope.spawn(move || send_blocks(sh, w, sources, bucket));
+        // Blocks are read, hashed, matched and compressed by a pool of
+        // workers, one per core, off the stream threads, which only seal
+        // and write (P-19, P-30).
+        if let Some(tx) = ready_tx.take().filter(|_| !data.is_empty()) {
+            for _ in 0..workers {
+                let (sh, tx) = (&sh, tx.clone());
+                scope.spawn(move || prepare_blocks(sh, sources, tx));
+            }
+            drop(tx);
+            let ready = &ready_rx;
+            for w in data {
+                let (sh, bucket) = (&sh, bucket.as_ref());
+                scope.spawn(move || send_blocks(sh, w, ready, bucket));
+            }
         }
         if let Some(link) = udp {
             let sh = &sh;
@@ -322,6 +336,10 @@ fn sender_control_reader(
             Ok(Some(msg)) => {
                 if let (Some(tx), Msg::Acks(list)) = (&acks, &msg) {
                     let _ = tx.send(list.clone());
+                }
+                if matches!(msg, Msg::DecodeSpeed { .. }) {
+                    sh.compression.record_decode(&msg);
+                    continue;
                 }
                 let mut st = sh.lock();
                 let remote = matches!(msg, Msg::Error { .. });
@@ -419,15 +437,58 @@ pub(crate) fn read_next_block(
     None
 }
 
+/// A block read, hashed and encoded, with room in front for its frame
+/// prefix and header.
+type Prepared = (session::BlockRef, [u8; 32], u8, Vec<u8>);
+
+/// Where the data of a prepared block starts in its buffer.
+const DATA_AT: usize = LEN_PREFIX + BLOCK_HEADER_LEN;
+
+/// A TCP sender's worker: takes blocks from the session, reads, hashes
+/// and encodes them, and queues them for whichever stream is free.
+fn prepare_blocks(
+    sh: &Shared<SenderSession>,
+    sources: &Sources,
+    ready: mpsc::SyncSender<Prepared>,
+) {
+    loop {
+        let mut buf = Vec::new();
+        let Some((block, hash, codec)) = read_next_block(sh, sources, &mut buf, DATA_AT) else {
+            return;
+        };
+        let mut item = (block, hash, codec, buf);
+        // Streams that all failed take nothing more: stop with them.
+        loop {
+            match ready.try_send(item) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) => {
+                    if sh.stopped() {
+                        return;
+                    }
+                    item = back;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => return,
+            }
+        }
+    }
+}
+
+/// A TCP data stream: seals and writes prepared blocks until none is left.
 fn send_blocks(
     sh: &Shared<SenderSession>,
     mut w: FrameWriter,
-    sources: &Sources,
+    ready: &Mutex<mpsc::Receiver<Prepared>>,
     bucket: Option<&Mutex<TokenBucket>>,
 ) {
-    let mut buf: Vec<u8> = Vec::new();
-    let data_at = LEN_PREFIX + BLOCK_HEADER_LEN;
-    while let Some((block, hash, codec)) = read_next_block(sh, sources, &mut buf, data_at) {
+    loop {
+        let next = ready.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok((block, hash, codec, mut buf)) = next else {
+            break;
+        };
+        if sh.stopped() {
+            break;
+        }
         let header = BlockHeader {
             file: block.file,
             index: block.index,
@@ -435,7 +496,7 @@ fn send_blocks(
             len: block.len,
             hash,
             codec,
-            wire_len: (buf.len() - data_at) as u32,
+            wire_len: (buf.len() - DATA_AT) as u32,
         };
         header.encode_into(&mut buf[LEN_PREFIX..]);
         if let Some(b) = bucket {
@@ -508,12 +569,17 @@ pub fn run_receiver(
         }
         scope.spawn(move || rx.control_reader(&mut ctrl_r));
         scope.spawn(move || rx.finalizer(fin_rx));
-        // This thread writes acks, nacks, file confirmations and `Done`.
+        // This thread writes acks, nacks, file confirmations and `Done`,
+        // and tells the sender how fast this side decompresses.
+        let mut meter = crate::compress::DecodeMeter::default();
         loop {
             let (msgs, finished) = {
                 let mut st = sh.lock();
-                let msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
+                let mut msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
                 let finished = st.is_finished();
+                if !finished {
+                    msgs.extend(meter.report(sh.progress));
+                }
                 if msgs.is_empty() && !finished {
                     if sh.stopped() {
                         break;

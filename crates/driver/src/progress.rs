@@ -47,6 +47,12 @@ pub struct Progress {
     /// file, and on the wire.
     pub compressed_in: AtomicU64,
     pub compressed_out: AtomicU64,
+    /// Receiver: output bytes and microseconds spent decompressing, per
+    /// codec (lz4, zstd), reported to the sender's policy (P-30).
+    pub decoded_lz4: AtomicU64,
+    pub decoded_lz4_us: AtomicU64,
+    pub decoded_zstd: AtomicU64,
+    pub decoded_zstd_us: AtomicU64,
     /// File bytes the receiver copied from what it already held instead
     /// of receiving them (P-31).
     pub dedup_bytes: AtomicU64,

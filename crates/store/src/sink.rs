@@ -15,6 +15,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -96,11 +97,55 @@ impl Destination {
     }
 }
 
+/// Temporary files kept open at once. A tree's manifest announces every
+/// file at once; beyond this many, a file's descriptor is opened for each
+/// write and closed again, so a receiver of any number of files stays
+/// within the process's descriptor limit.
+const MAX_OPEN: usize = 256;
+
 /// A file being received.
 pub struct OutFile {
-    file: File,
+    /// The open temporary file, while at most [`MAX_OPEN`] are.
+    file: Mutex<Option<Arc<File>>>,
+    open: Arc<AtomicUsize>,
     temp: PathBuf,
     final_path: PathBuf,
+}
+
+impl OutFile {
+    /// The temporary file's descriptor: the one kept, or a fresh one
+    /// (kept if few enough are).
+    fn handle(&self) -> Result<Arc<File>, StoreError> {
+        let mut slot = self.file.lock().expect("file handle");
+        if let Some(h) = &*slot {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(
+            OpenOptions::new()
+                .write(true)
+                .open(&self.temp)
+                .map_err(|e| StoreError::io("open", &self.temp, &e))?,
+        );
+        if self.open.fetch_add(1, Ordering::SeqCst) < MAX_OPEN {
+            *slot = Some(h.clone());
+        } else {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(h)
+    }
+}
+
+impl Drop for OutFile {
+    fn drop(&mut self) {
+        if self
+            .file
+            .get_mut()
+            .map(|f| f.take().is_some())
+            .unwrap_or(false)
+        {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 struct Ordered {
@@ -115,6 +160,8 @@ pub struct Sink {
     preserve: bool,
     umask: u32,
     files: Mutex<HashMap<u32, Arc<OutFile>>>,
+    /// Temporary files open now (at most [`MAX_OPEN`] kept).
+    open: Arc<AtomicUsize>,
     /// Mode of each directory entry, and whether this sink created it.
     dir_modes: Mutex<HashMap<Vec<u8>, (u32, bool)>>,
     stdout: Mutex<Ordered>,
@@ -159,6 +206,7 @@ impl Sink {
             preserve,
             umask: current_umask(),
             files: Mutex::new(HashMap::new()),
+            open: Arc::new(AtomicUsize::new(0)),
             dir_modes: Mutex::new(HashMap::new()),
             stdout: Mutex::new(Ordered {
                 next: 0,
@@ -283,10 +331,17 @@ impl Sink {
                 }
             }
         }
+        let kept = if self.open.fetch_add(1, Ordering::SeqCst) < MAX_OPEN {
+            Some(Arc::new(file))
+        } else {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            None
+        };
         self.files.lock().expect("file table").insert(
             id,
             Arc::new(OutFile {
-                file,
+                file: Mutex::new(kept),
+                open: self.open.clone(),
                 temp,
                 final_path,
             }),
@@ -307,7 +362,7 @@ impl Sink {
                         format!("block for file {id} that is not open"),
                     )
                 })?;
-                f.file
+                f.handle()?
                     .write_all_at(data, offset)
                     .map_err(|e| StoreError::io("write", &f.final_path, &e))
             }
@@ -329,10 +384,11 @@ impl Sink {
                 format!("zeros for file {id} that is not open"),
             )
         })?;
+        let file = f.handle()?;
         // SAFETY: fallocate on a descriptor we own; no memory is passed.
         let rc = unsafe {
             libc::fallocate(
-                f.file.as_raw_fd(),
+                file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 offset as libc::off_t,
                 len as libc::off_t,
@@ -342,8 +398,7 @@ impl Sink {
             return Ok(());
         }
         // No holes here: the bytes must still be zeros.
-        f.file
-            .write_all_at(&vec![0u8; len as usize], offset)
+        file.write_all_at(&vec![0u8; len as usize], offset)
             .map_err(|e| StoreError::io("write", &f.final_path, &e))
     }
 
@@ -382,7 +437,7 @@ impl Sink {
                 format!("file {id} finalized but not open"),
             )
         };
-        let files: Vec<(Arc<OutFile>, u32, SystemTime)> = {
+        let found: Vec<(Arc<OutFile>, u32, SystemTime)> = {
             let table = self.files.lock().expect("file table");
             batch
                 .iter()
@@ -396,40 +451,39 @@ impl Sink {
                 .collect::<Result<_, _>>()?
         };
         // Mode and times first, so the sync below makes them durable too.
-        for (f, mode, mtime) in &files {
-            f.file
-                .set_permissions(fs::Permissions::from_mode(self.mode_of(*mode)))
+        // One descriptor at a time; one kept per file system for syncfs.
+        let mut per_device: HashMap<u64, (Arc<File>, &Path)> = HashMap::new();
+        for (f, mode, mtime) in &found {
+            let h = f.handle()?;
+            h.set_permissions(fs::Permissions::from_mode(self.mode_of(*mode)))
                 .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
             if self.preserve {
-                f.file
-                    .set_times(fs::FileTimes::new().set_modified(*mtime))
+                h.set_times(fs::FileTimes::new().set_modified(*mtime))
                     .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
             }
-        }
-        if let [(f, ..)] = &files[..] {
-            f.file
-                .sync_all()
-                .map_err(|e| StoreError::io("sync", &f.final_path, &e))?;
-        } else {
-            let mut synced = HashSet::new();
-            for (f, ..) in &files {
-                let dev = f
-                    .file
+            if found.len() == 1 {
+                h.sync_all()
+                    .map_err(|e| StoreError::io("sync", &f.final_path, &e))?;
+            } else {
+                let dev = h
                     .metadata()
                     .map_err(|e| StoreError::io("stat", &f.final_path, &e))?
                     .dev();
-                // SAFETY: syncfs on a descriptor we own.
-                if synced.insert(dev) && unsafe { libc::syncfs(f.file.as_raw_fd()) } != 0 {
-                    return Err(StoreError::io(
-                        "sync",
-                        &f.final_path,
-                        &std::io::Error::last_os_error(),
-                    ));
-                }
+                per_device.entry(dev).or_insert((h, &f.final_path));
+            }
+        }
+        for (h, path) in per_device.values() {
+            // SAFETY: syncfs on a descriptor we own.
+            if unsafe { libc::syncfs(h.as_raw_fd()) } != 0 {
+                return Err(StoreError::io(
+                    "sync",
+                    path,
+                    &std::io::Error::last_os_error(),
+                ));
             }
         }
         let mut dirs = HashSet::new();
-        for (f, ..) in &files {
+        for (f, ..) in &found {
             fs::rename(&f.temp, &f.final_path)
                 .map_err(|e| StoreError::io("rename into place", &f.final_path, &e))?;
             dirs.insert(
@@ -591,6 +645,33 @@ mod tests {
             Destination::for_path(&dir.join(base), false, many, false, root).unwrap(),
             true,
         )
+    }
+
+    #[test]
+    fn any_number_of_files_within_the_descriptor_limit() {
+        let open_fds = || fs::read_dir("/proc/self/fd").unwrap().count();
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("many")).unwrap();
+        let s = sink_at(d.path(), "many", true);
+        let before = open_fds();
+        let n = 3 * MAX_OPEN as u32;
+        for id in 0..n {
+            s.open_file(id, format!("f{id}").as_bytes(), 8).unwrap();
+        }
+        for id in 0..n {
+            s.write_block(id, 0, &id.to_le_bytes()).unwrap();
+            s.write_zero(id, 4, 4).unwrap();
+        }
+        // Other tests' descriptors come and go meanwhile: allow for them.
+        assert!(open_fds() < before + MAX_OPEN + 64, "{} open", open_fds());
+        let batch: Vec<_> = (0..n).map(|id| (id, 0o644, 0, 0)).collect();
+        s.finalize(&batch).unwrap();
+        for id in 0..n {
+            let got = fs::read(d.path().join(format!("many/f{id}"))).unwrap();
+            assert_eq!(got[..4], id.to_le_bytes());
+            assert_eq!(got[4..], [0; 4]);
+        }
+        assert_eq!(s.open.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -283,6 +283,16 @@ pub enum Msg {
     /// Receiver, under `--delete`: these paths (relative to the
     /// destination) were removed, or would be under `--dry-run` (P-32).
     Deleted(Vec<Vec<u8>>),
+    /// Receiver, at most once a second while it decodes compressed
+    /// blocks (P-30): its cores, and the output bytes and microseconds it
+    /// spent decompressing each codec since its last report.
+    DecodeSpeed {
+        cores: u16,
+        lz4_bytes: u64,
+        lz4_micros: u64,
+        zstd_bytes: u64,
+        zstd_micros: u64,
+    },
 }
 
 /// Most paths in one `Deleted` message.
@@ -381,6 +391,20 @@ impl Msg {
             }
             Msg::Digest { file, digest } => {
                 w.u8(17).u32(*file).bytes(digest);
+            }
+            Msg::DecodeSpeed {
+                cores,
+                lz4_bytes,
+                lz4_micros,
+                zstd_bytes,
+                zstd_micros,
+            } => {
+                w.u8(19)
+                    .u16(*cores)
+                    .u64(*lz4_bytes)
+                    .u64(*lz4_micros)
+                    .u64(*zstd_bytes)
+                    .u64(*zstd_micros);
             }
             Msg::Deleted(paths) => {
                 w.u8(18).u32(paths.len() as u32);
@@ -559,6 +583,13 @@ impl Msg {
             17 => Msg::Digest {
                 file: r.u32()?,
                 digest: r.array()?,
+            },
+            19 => Msg::DecodeSpeed {
+                cores: r.u16()?,
+                lz4_bytes: r.u64()?,
+                lz4_micros: r.u64()?,
+                zstd_bytes: r.u64()?,
+                zstd_micros: r.u64()?,
             },
             18 => {
                 let n = r.u32()? as usize;
@@ -825,6 +856,13 @@ mod tests {
             (any::<u32>(), any::<[u8; 32]>())
                 .prop_map(|(file, digest)| Msg::Digest { file, digest }),
             proptest::collection::vec(bytes(), 0..5).prop_map(Msg::Deleted),
+            (any::<u16>(), any::<[u64; 4]>()).prop_map(|(cores, v)| Msg::DecodeSpeed {
+                cores,
+                lz4_bytes: v[0],
+                lz4_micros: v[1],
+                zstd_bytes: v[2],
+                zstd_micros: v[3],
+            }),
             (any::<u32>(), bytes(), arb_kind(), bytes()).prop_map(|(id, path, kind, target)| {
                 Msg::Entry(Entry {
                     id,
