@@ -131,6 +131,8 @@ pub struct Auto {
     incompressible_run: u32,
     skip_left: u32,
     compressible_seen: u64,
+    /// Blocks met while no codec could win (see `decide`).
+    hopeless_seen: u64,
     /// Samples taken so far (each costs [`crate::estimate::SAMPLES`] small
     /// LZ4 runs).
     pub estimates: u64,
@@ -150,6 +152,7 @@ impl Auto {
             incompressible_run: 0,
             skip_left: 0,
             compressible_seen: 0,
+            hopeless_seen: 0,
             estimates: 0,
             scratch: Vec::new(),
         }
@@ -241,6 +244,16 @@ impl Auto {
         )
     }
 
+    /// Whether no codec would beat raw on a block of `len` bytes even if
+    /// it compressed to nothing.
+    fn hopeless(&self, len: usize) -> bool {
+        let raw = self.raw_time(len) * (1.0 - MARGIN);
+        self.stats.iter().all(|s| {
+            self.predicted_time(s.codec, len, 0.0)
+                .is_none_or(|t| t >= raw)
+        })
+    }
+
     /// Decides what to do with `block`.
     pub fn decide(&mut self, block: &[u8]) -> Decision {
         let plain = |choice| Decision {
@@ -258,6 +271,17 @@ impl Auto {
         if self.skip_left > 0 {
             self.skip_left -= 1;
             return plain(Choice::Raw);
+        }
+        // Where no codec could win even on a block that vanished to
+        // nothing (a link faster than the cores compress: loopback, a
+        // LAN), sampling is wasted: look again only now and then, in case
+        // the link slows or the codecs prove faster than believed.
+        if self.hopeless(block.len()) {
+            // The first such block is judged, then one in EXPLORE.
+            self.hopeless_seen += 1;
+            if self.hopeless_seen % EXPLORE != 1 {
+                return plain(Choice::Raw);
+            }
         }
         let est = sample_ratio(block, &mut self.scratch);
         self.estimates += 1;
@@ -400,6 +424,26 @@ mod tests {
             }
         }
         assert_eq!(a.decide(&block).choice, Choice::Raw);
+    }
+
+    #[test]
+    fn a_link_faster_than_any_codec_is_not_sampled() {
+        // 40 Gbit/s and two cores at the priors' speeds: compressing
+        // cannot pay even for a block that vanished, so 31 blocks in 32
+        // are sent raw without a sample.
+        // Random data at 40 Gbit/s: hopeless whatever the codecs measure.
+        let block = noise(MIB, 8);
+        let mut a = Auto::new(Mode::Auto, 2, 2);
+        a.set_link_rate(40_000.0 * MBIT);
+        for _ in 0..320 {
+            assert_eq!(a.decide(&block).choice, Choice::Raw);
+        }
+        assert_eq!(a.estimates, 10);
+        let block = text(MIB, 8);
+        // At 1 Gbit/s every block is judged again.
+        a.set_link_rate(1_000.0 * MBIT);
+        assert!(matches!(a.decide(&block).choice, Choice::Compress(_)));
+        assert_eq!(a.estimates, 11);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! file's digest once every block of it has been read, and retires the
 //! transfer when the receiver reports every file placed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,8 +64,15 @@ pub struct SenderSession {
     known: HashMap<u32, Known>,
     /// ... and anywhere (its cache).
     cache: Known,
-    /// Files to cut into chunks and match, in order.
+    /// Files to cut into chunks and match, in order: queued at their first
+    /// basis chunks, so cutting the source overlaps the receiver cutting
+    /// its basis.
     to_plan: VecDeque<u32>,
+    /// Files queued to cut, and files the receiver has answered `Ready`.
+    planning: HashSet<u32>,
+    answered: HashSet<u32>,
+    /// Source chunks cut before the receiver's answer came.
+    chunked: HashMap<u32, Vec<ChunkRef>>,
     /// Each planned file's delta plan.
     plans: HashMap<u32, Arc<Plan>>,
     /// Files the receiver already holds (P-32), and their bytes.
@@ -140,6 +147,9 @@ impl SenderSession {
             known: HashMap::new(),
             cache: Known::default(),
             to_plan: VecDeque::new(),
+            planning: HashSet::new(),
+            answered: HashSet::new(),
+            chunked: HashMap::new(),
             plans: HashMap::new(),
             skipped_files: 0,
             skipped_bytes: 0,
@@ -192,8 +202,8 @@ impl SenderSession {
         self.to_plan.pop_front()
     }
 
-    /// The chunks of `file`, cut by the driver: match them against what
-    /// the receiver holds and let the file's blocks go.
+    /// The chunks of `file`, cut by the driver: once the receiver has
+    /// answered, match them against what it holds and let the file go.
     pub fn planned(&mut self, file: u32, chunks: &[ChunkRef]) -> Result<(), SenderError> {
         let f = self
             .files
@@ -206,13 +216,38 @@ impl SenderSession {
                 index: 0,
             });
         }
+        if f.done {
+            return Ok(());
+        }
+        self.chunked.insert(file, chunks.to_vec());
+        self.try_match(file);
+        Ok(())
+    }
+
+    /// Matches and releases `file` once both its chunks and the
+    /// receiver's answer are in.
+    fn try_match(&mut self, file: u32) {
+        if !self.answered.contains(&file) {
+            return;
+        }
+        let Some(chunks) = self.chunked.remove(&file) else {
+            return;
+        };
+        self.answered.remove(&file);
+        self.planning.remove(&file);
         let basis = self.known.remove(&file).unwrap_or_default();
-        let plan = Plan::new(chunks, &basis, &self.cache);
+        let plan = Plan::new(&chunks, &basis, &self.cache);
         if plan.copies_anything() {
             self.plans.insert(file, Arc::new(plan));
         }
         self.sched.release(file);
-        Ok(())
+    }
+
+    /// Queues `file` to be cut into chunks, once.
+    fn plan_later(&mut self, file: u32) {
+        if self.planning.insert(file) {
+            self.to_plan.push_back(file);
+        }
     }
 
     /// How block `b` travels as a delta program: its parts and how many
@@ -353,8 +388,12 @@ impl SenderSession {
             Msg::Chunks { file, chunks } if self.gated => {
                 if file == wire::CACHE_FILE {
                     self.cache.add_cache(&chunks);
-                } else if self.files.contains_key(&file) && self.sched.is_held(file) {
+                } else if self.files.contains_key(&file)
+                    && self.sched.is_held(file)
+                    && !self.answered.contains(&file)
+                {
                     self.known.entry(file).or_default().add_basis(&chunks);
+                    self.plan_later(file);
                 } else {
                     return Err(SenderError::Protocol(format!(
                         "chunks for file {file}, which is not waiting for them"
@@ -383,7 +422,9 @@ impl SenderSession {
                     }
                     let has_basis = self.known.get(&file).is_some_and(|k| !k.is_empty());
                     if self.sched.is_held(file) && (has_basis || !self.cache.is_empty()) {
-                        self.to_plan.push_back(file);
+                        self.answered.insert(file);
+                        self.plan_later(file);
+                        self.try_match(file);
                     } else {
                         self.known.remove(&file);
                         self.sched.release(file);
