@@ -153,12 +153,10 @@ impl<'a, S> Shared<'a, S> {
 
     pub(crate) fn send_all(&self, msgs: &[Msg]) -> bool {
         let mut c = self.ctrl.lock().unwrap_or_else(|p| p.into_inner());
-        for m in msgs {
-            if let Err(e) = c.send_msg(m) {
-                drop(c);
-                self.fail(TransferError::lost("sending control messages", &e), false);
-                return false;
-            }
+        if let Err(e) = c.send_msgs(msgs) {
+            drop(c);
+            self.fail(TransferError::lost("sending control messages", &e), false);
+            return false;
         }
         true
     }
@@ -281,7 +279,10 @@ fn run_sender_with(
             scope.spawn(move || crate::datagram::send::run(sh, link, sources, rate, acks_rx));
         }
         scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r, acks_tx));
-        scope.spawn(|| crate::dedup::planner(&sh, sources));
+        // Only a receiver that answers each file can ask for chunks.
+        if sh.lock().is_gated() {
+            scope.spawn(|| crate::dedup::planner(&sh, sources));
+        }
         // This thread writes control messages.
         loop {
             let msgs: Vec<Msg> = {

@@ -86,6 +86,34 @@ impl FrameWriter {
         Ok(())
     }
 
+    /// Sends `msgs` as consecutive frames with as few writes as possible:
+    /// a manifest of many small entries costs a write per 256 KiB, not one
+    /// per entry.
+    pub fn send_msgs(&mut self, msgs: &[Msg]) -> io::Result<()> {
+        const FLUSH_AT: usize = 256 << 10;
+        let mut out = Vec::new();
+        for m in msgs {
+            let body = m.encode();
+            let at = out.len();
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&body);
+            let tag = self
+                .sealer
+                .seal_prefix(&mut out[at + LEN_PREFIX..], body.len());
+            out.extend_from_slice(&tag);
+            if out.len() >= FLUSH_AT {
+                self.stream.write_all(&out)?;
+                Progress::add(&self.progress.wire_tx, out.len() as u64);
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            self.stream.write_all(&out)?;
+            Progress::add(&self.progress.wire_tx, out.len() as u64);
+        }
+        Ok(())
+    }
+
     pub fn send_msg(&mut self, msg: &Msg) -> io::Result<()> {
         let body = msg.encode();
         let mut buf = Vec::with_capacity(LEN_PREFIX + body.len() + TAG_LEN);

@@ -295,7 +295,7 @@ impl Server {
         // Prepare the side we play before accepting, so errors come first.
         enum Side {
             Send(Box<SenderSession>, Sources, u64),
-            Receive(Sink, crate::dedup::ReceiveOptions),
+            Receive(Box<Sink>, crate::dedup::ReceiveOptions),
         }
         let side = match req.op {
             Op::Pull => {
@@ -356,7 +356,7 @@ impl Server {
                 };
                 match dest_res.and_then(|d| basis.map(|b| (d, b))) {
                     Ok((d, basis)) => Side::Receive(
-                        Sink::new(d, req.preserve),
+                        Box::new(Sink::new(d, req.preserve)),
                         crate::dedup::ReceiveOptions {
                             dedup: req.sync.dedup,
                             update: req.sync.update,

@@ -177,6 +177,11 @@ impl SenderSession {
         self.gate();
     }
 
+    /// Whether the receiver answers each file first (P-31).
+    pub fn is_gated(&self) -> bool {
+        self.gated
+    }
+
     /// Sends `digest` after the entry of `file` (`--checksum`, P-32).
     /// Call before the first `poll_control`.
     pub fn add_digest(&mut self, file: u32, digest: [u8; 32]) {

@@ -105,44 +105,78 @@ const MAX_OPEN: usize = 256;
 
 /// A file being received.
 pub struct OutFile {
-    /// The open temporary file, while at most [`MAX_OPEN`] are.
-    file: Mutex<Option<Arc<File>>>,
+    /// The temporary file's descriptor while kept (at most [`MAX_OPEN`]
+    /// are), and whether the file exists yet.
+    handle: Mutex<Handle>,
+    size: u64,
     open: Arc<AtomicUsize>,
     temp: PathBuf,
     final_path: PathBuf,
 }
 
+struct Handle {
+    file: Option<Arc<File>>,
+    created: bool,
+}
+
+/// Creates the temporary file, space reserved for `size` bytes.
+fn create_temp(temp: &Path, final_path: &Path, size: u64) -> Result<File, StoreError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(temp)
+        .map_err(|e| StoreError::io("create", temp, &e))?;
+    if size > 0 {
+        // SAFETY: fallocate on a file descriptor we own; no memory is passed.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+                let _ = fs::remove_file(temp);
+                return Err(StoreError::io("reserve space for", final_path, &e));
+            }
+        }
+    }
+    Ok(file)
+}
+
 impl OutFile {
     /// The temporary file's descriptor: the one kept, or a fresh one
-    /// (kept if few enough are).
+    /// (kept if few enough are), creating the file on first use.
     fn handle(&self) -> Result<Arc<File>, StoreError> {
-        let mut slot = self.file.lock().expect("file handle");
-        if let Some(h) = &*slot {
-            return Ok(h.clone());
+        let mut h = self.handle.lock().expect("file handle");
+        if let Some(f) = &h.file {
+            return Ok(f.clone());
         }
-        let h = Arc::new(
+        let f = if h.created {
             OpenOptions::new()
                 .write(true)
                 .open(&self.temp)
-                .map_err(|e| StoreError::io("open", &self.temp, &e))?,
-        );
+                .map_err(|e| StoreError::io("open", &self.temp, &e))?
+        } else {
+            let f = create_temp(&self.temp, &self.final_path, self.size)?;
+            h.created = true;
+            f
+        };
+        let f = Arc::new(f);
         if self.open.fetch_add(1, Ordering::SeqCst) < MAX_OPEN {
-            *slot = Some(h.clone());
+            h.file = Some(f.clone());
         } else {
             self.open.fetch_sub(1, Ordering::SeqCst);
         }
-        Ok(h)
+        Ok(f)
     }
 }
 
 impl Drop for OutFile {
     fn drop(&mut self) {
-        if self
-            .file
+        let kept = self
+            .handle
             .get_mut()
-            .map(|f| f.take().is_some())
-            .unwrap_or(false)
-        {
+            .map(|h| h.file.take().is_some())
+            .unwrap_or(false);
+        if kept {
             self.open.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -162,6 +196,8 @@ pub struct Sink {
     files: Mutex<HashMap<u32, Arc<OutFile>>>,
     /// Temporary files open now (at most [`MAX_OPEN`] kept).
     open: Arc<AtomicUsize>,
+    /// Directories already found inside the root.
+    inside: Mutex<HashSet<PathBuf>>,
     /// Mode of each directory entry, and whether this sink created it.
     dir_modes: Mutex<HashMap<Vec<u8>, (u32, bool)>>,
     stdout: Mutex<Ordered>,
@@ -175,6 +211,44 @@ fn temp_name(final_path: &Path) -> PathBuf {
     t.extend_from_slice(name.as_bytes());
     t.extend_from_slice(format!(".haul-{:08x}.part", u32::from_le_bytes(r)).as_bytes());
     final_path.with_file_name(OsStr::from_bytes(&t))
+}
+
+/// Sets the modification time of the file at `path` (a temporary file
+/// this sink created), leaving its access time alone.
+fn set_mtime(path: &Path, t: SystemTime) -> std::io::Result<()> {
+    let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+        Err(e) => {
+            let d = e.duration();
+            (-(d.as_secs() as i64), 0)
+        }
+    };
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+    ];
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    // SAFETY: a valid C string and two timespecs, as utimensat expects.
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 fn to_time(secs: i64, nsec: u32) -> SystemTime {
@@ -207,6 +281,7 @@ impl Sink {
             umask: current_umask(),
             files: Mutex::new(HashMap::new()),
             open: Arc::new(AtomicUsize::new(0)),
+            inside: Mutex::new(HashSet::new()),
             dir_modes: Mutex::new(HashMap::new()),
             stdout: Mutex::new(Ordered {
                 next: 0,
@@ -250,7 +325,14 @@ impl Sink {
         for c in placement.relative(&parts) {
             p.push(OsStr::from_bytes(c));
         }
-        root.check_inside(p.parent().unwrap_or(&p))?;
+        // A directory found inside the root stays so for this transfer: the
+        // manifest cannot turn a directory into a link (P-16).
+        let parent = p.parent().unwrap_or(&p).to_path_buf();
+        let mut inside = self.inside.lock().expect("checked directories");
+        if !inside.contains(&parent) {
+            root.check_inside(&parent)?;
+            inside.insert(parent);
+        }
         Ok(Some(p))
     }
 
@@ -313,39 +395,28 @@ impl Sink {
                 ),
             ));
         }
+        // The first files are created now, so that a destination that
+        // refuses them says so at once; beyond MAX_OPEN, a file is created
+        // when its first block arrives, so a manifest of many files costs
+        // no descriptors before their data does.
         let temp = temp_name(&final_path);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| StoreError::io("create", &temp, &e))?;
-        if size > 0 {
-            // SAFETY: fallocate on a file descriptor we own; no memory is passed.
-            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) };
-            if rc != 0 {
-                let e = std::io::Error::last_os_error();
-                if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
-                    let _ = fs::remove_file(&temp);
-                    return Err(StoreError::io("reserve space for", &final_path, &e));
-                }
-            }
-        }
-        let kept = if self.open.fetch_add(1, Ordering::SeqCst) < MAX_OPEN {
-            Some(Arc::new(file))
-        } else {
-            self.open.fetch_sub(1, Ordering::SeqCst);
-            None
-        };
-        self.files.lock().expect("file table").insert(
-            id,
-            Arc::new(OutFile {
-                file: Mutex::new(kept),
-                open: self.open.clone(),
-                temp,
-                final_path,
+        let out = OutFile {
+            handle: Mutex::new(Handle {
+                file: None,
+                created: false,
             }),
-        );
+            size,
+            open: self.open.clone(),
+            temp,
+            final_path,
+        };
+        if self.open.load(Ordering::SeqCst) < MAX_OPEN {
+            out.handle()?;
+        }
+        self.files
+            .lock()
+            .expect("file table")
+            .insert(id, Arc::new(out));
         Ok(())
     }
 
@@ -450,36 +521,53 @@ impl Sink {
                 })
                 .collect::<Result<_, _>>()?
         };
-        // Mode and times first, so the sync below makes them durable too.
-        // One descriptor at a time; one kept per file system for syncfs.
-        let mut per_device: HashMap<u64, (Arc<File>, &Path)> = HashMap::new();
+        // Mode and times first, so the sync below makes them durable too:
+        // through the descriptor where one is kept, else by path, so that
+        // finishing many files opens none of them again.
         for (f, mode, mtime) in &found {
-            let h = f.handle()?;
-            h.set_permissions(fs::Permissions::from_mode(self.mode_of(*mode)))
-                .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
-            if self.preserve {
-                h.set_times(fs::FileTimes::new().set_modified(*mtime))
-                    .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
+            let perm = fs::Permissions::from_mode(self.mode_of(*mode));
+            let (kept, created) = {
+                let h = f.handle.lock().expect("file handle");
+                (h.file.clone(), h.created)
+            };
+            // An empty file has had no write to create it.
+            let kept = if created { kept } else { Some(f.handle()?) };
+            match &kept {
+                Some(h) => h.set_permissions(perm),
+                None => fs::set_permissions(&f.temp, perm),
             }
-            if found.len() == 1 {
-                h.sync_all()
-                    .map_err(|e| StoreError::io("sync", &f.final_path, &e))?;
-            } else {
-                let dev = h
-                    .metadata()
-                    .map_err(|e| StoreError::io("stat", &f.final_path, &e))?
-                    .dev();
-                per_device.entry(dev).or_insert((h, &f.final_path));
+            .map_err(|e| StoreError::io("set mode of", &f.final_path, &e))?;
+            if self.preserve {
+                match &kept {
+                    Some(h) => h.set_times(fs::FileTimes::new().set_modified(*mtime)),
+                    None => set_mtime(&f.temp, *mtime),
+                }
+                .map_err(|e| StoreError::io("set times of", &f.final_path, &e))?;
             }
         }
-        for (h, path) in per_device.values() {
-            // SAFETY: syncfs on a descriptor we own.
-            if unsafe { libc::syncfs(h.as_raw_fd()) } != 0 {
-                return Err(StoreError::io(
-                    "sync",
-                    path,
-                    &std::io::Error::last_os_error(),
-                ));
+        if let [(f, ..)] = &found[..] {
+            f.handle()?
+                .sync_all()
+                .map_err(|e| StoreError::io("sync", &f.final_path, &e))?;
+        } else {
+            // One syncfs per file system, through a directory on it.
+            let mut per_device: HashMap<u64, PathBuf> = HashMap::new();
+            let parents: HashSet<&Path> = found
+                .iter()
+                .map(|(f, ..)| f.final_path.parent().unwrap_or(Path::new(".")))
+                .collect();
+            for d in parents {
+                let dev = fs::metadata(d)
+                    .map_err(|e| StoreError::io("stat", d, &e))?
+                    .dev();
+                per_device.entry(dev).or_insert_with(|| d.to_path_buf());
+            }
+            for d in per_device.values() {
+                let h = File::open(d).map_err(|e| StoreError::io("open", d, &e))?;
+                // SAFETY: syncfs on a descriptor we own.
+                if unsafe { libc::syncfs(h.as_raw_fd()) } != 0 {
+                    return Err(StoreError::io("sync", d, &std::io::Error::last_os_error()));
+                }
             }
         }
         let mut dirs = HashSet::new();
@@ -672,6 +760,18 @@ mod tests {
             assert_eq!(got[4..], [0; 4]);
         }
         assert_eq!(s.open.load(Ordering::SeqCst), 0);
+        // Empty files too, announced beyond the descriptors kept.
+        let s = sink_at(d.path(), "many", true);
+        for id in 0..n {
+            s.open_file(id, format!("e{id}").as_bytes(), 0).unwrap();
+        }
+        s.finalize(&batch).unwrap();
+        assert!(
+            (0..n).all(|id| fs::metadata(d.path().join(format!("many/e{id}")))
+                .unwrap()
+                .len()
+                == 0)
+        );
     }
 
     #[test]
