@@ -586,6 +586,37 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Pushes `src` to `name` on `server` without compression, so that the
+/// wire bytes show what deduplication saved.
+fn push_uncompressed(
+    env: &Env,
+    server: &Server,
+    transport: &str,
+    src: &std::path::Path,
+    name: &str,
+) -> serde_json::Value {
+    json_of(&env.cp(&[
+        "--json",
+        "--compress",
+        "none",
+        "--transport",
+        transport,
+        src.to_str().unwrap(),
+        &env.remote(server, name),
+    ]))
+}
+
+/// `haul sync EXTRA --json FROM TO`, which must succeed.
+fn haul_sync(env: &Env, extra: &[&str], from: &str, to: &str) -> serde_json::Value {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_haul"));
+    c.arg("sync")
+        .args(extra)
+        .args(["--json", from, to])
+        .env("HAUL_HOME", &env.home)
+        .stdin(std::process::Stdio::null());
+    json_of(&c.output().unwrap())
+}
+
 #[test]
 fn an_existing_destination_is_a_basis_both_ways_on_both_transports() {
     let env = Env::new();
@@ -602,15 +633,7 @@ fn an_existing_destination_is_a_basis_both_ways_on_both_transports() {
     for transport in ["tcp", "udp"] {
         let name = format!("pushed-{transport}.bin");
         write_file(&env.root.join(&name), &old);
-        let json = json_of(&env.cp(&[
-            "--json",
-            "--compress",
-            "none",
-            "--transport",
-            transport,
-            src.to_str().unwrap(),
-            &env.remote(&server, &name),
-        ]));
+        let json = push_uncompressed(&env, &server, transport, &src, &name);
         assert!(
             fs::read(env.root.join(&name)).unwrap() == new,
             "{transport}: push differs"
@@ -712,15 +735,8 @@ fn update_skips_files_in_place_and_checksum_compares_content() {
             &random_bytes(300_000 + i * 1000, 40 + i as u64),
         );
     }
-    let sync = |extra: &[&str]| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_haul"));
-        c.arg("sync")
-            .args(extra)
-            .args(["--json", tree.to_str().unwrap(), &env.remote(&server, "")])
-            .env("HAUL_HOME", &env.home)
-            .stdin(std::process::Stdio::null());
-        json_of(&c.output().unwrap())
-    };
+    let dest = env.remote(&server, "");
+    let sync = |extra: &[&str]| haul_sync(&env, extra, tree.to_str().unwrap(), &dest);
     let first = sync(&[]);
     assert_eq!(first["files"], 3, "{first}");
     assert_same_tree(&tree, &env.root.join("tree"));
@@ -781,15 +797,7 @@ fn the_chunk_cache_serves_chunks_seen_in_earlier_transfers() {
     write_file(&src, &grown);
     for transport in ["tcp", "udp"] {
         let name = format!("b2-{transport}.tar");
-        let again = json_of(&env.cp(&[
-            "--json",
-            "--compress",
-            "none",
-            "--transport",
-            transport,
-            src.to_str().unwrap(),
-            &env.remote(&server, &name),
-        ]));
+        let again = push_uncompressed(&env, &server, transport, &src, &name);
         assert!(
             fs::read(env.root.join(&name)).unwrap() == grown,
             "{transport}"
@@ -864,15 +872,7 @@ fn delete_and_dry_run_both_ways() {
     fs::create_dir_all(tree.join("sub")).unwrap();
     write_file(&tree.join("keep"), &random_bytes(70_000, 61));
     write_file(&tree.join("sub/keep2"), &random_bytes(80_000, 62));
-    let sync = |extra: &[&str], from: &str, to: &str| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_haul"));
-        c.arg("sync")
-            .args(extra)
-            .args(["--json", from, to])
-            .env("HAUL_HOME", &env.home)
-            .stdin(std::process::Stdio::null());
-        json_of(&c.output().unwrap())
-    };
+    let sync = |extra: &[&str], from: &str, to: &str| haul_sync(&env, extra, from, to);
     let src = format!("{}/", tree.display());
     let dest = env.remote(&server, "mirror/");
     sync(&[], &src, &dest);
