@@ -301,11 +301,16 @@ impl Sink {
     }
 
     /// Whether anything exists where the entries go: only then can a
-    /// file be found already in place, or serve as a basis (P-31).
+    /// file be found already in place, or serve as a basis (P-31). An
+    /// empty directory (one a `dir/` copy just made, say) holds nothing.
     pub fn destination_exists(&self) -> bool {
-        match &self.dest {
-            Destination::Path { base, .. } => fs::symlink_metadata(base).is_ok(),
-            _ => false,
+        let Destination::Path { base, .. } = &self.dest else {
+            return false;
+        };
+        match fs::symlink_metadata(base) {
+            Ok(m) if m.is_dir() => fs::read_dir(base).is_ok_and(|mut d| d.next().is_some()),
+            Ok(_) => true,
+            Err(_) => false,
         }
     }
 
