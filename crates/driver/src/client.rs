@@ -692,14 +692,10 @@ impl Connected {
         let (streams, window) = self.streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
         let opts = crate::dedup::ReceiveOptions {
-            dedup: self.cfg.sync.dedup,
-            update: self.cfg.sync.update,
-            checksum: self.cfg.sync.checksum,
+            sync: self.cfg.sync,
             basis: self.cfg.basis.as_ref().map(Into::into),
             cache: self.cfg.cache.clone(),
-            delete: self.cfg.sync.delete,
             contents,
-            dry_run: self.cfg.sync.dry_run,
         };
         let gated = opts.gated(sink.destination_exists());
         let (plan, _) = self.request(
@@ -725,7 +721,7 @@ impl Connected {
             (self.cfg.block_size, self.progress.clone(), self.tail());
         let mut session = ReceiverSession::new(block_size);
         if gated {
-            crate::dedup::gate_receiver(&mut session, &self.cfg.sync, &opts);
+            crate::dedup::gate_receiver(&mut session, &opts);
         }
         let summary = run_receiver(
             self.ctrl_r,

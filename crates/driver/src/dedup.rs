@@ -29,23 +29,17 @@ use crate::progress::Progress;
 /// What the receiving side does beyond storing what arrives.
 #[derive(Clone, Default)]
 pub struct ReceiveOptions {
-    /// Announce the chunks of each file's basis (P-31).
-    pub dedup: bool,
-    /// Skip files whose size and modification time match (P-32).
-    pub update: bool,
-    /// With `update`: compare content instead of times.
-    pub checksum: bool,
+    /// The request's dedup, update, checksum, delete and dry-run bits
+    /// (P-31, P-32); `gated` is decided by [`ReceiveOptions::gated`].
+    pub sync: wire::SyncOptions,
     /// The basis of the one file sent, instead of its old version.
     pub basis: Option<PathBuf>,
     /// The receiver's chunk cache (`--cache`): announced to the sender,
     /// and fed every file received.
     pub cache: Option<Arc<ChunkCache>>,
-    /// Remove what the source does not have (`--delete`, P-32), in the
-    /// directories sent, and with `contents` (`dir/`) in the destination.
-    pub delete: bool,
+    /// A source named a directory's contents (`dir/`): `--delete` also
+    /// cleans the destination itself.
     pub contents: bool,
-    /// Change nothing; list what would be sent and removed.
-    pub dry_run: bool,
 }
 
 impl ReceiveOptions {
@@ -55,9 +49,10 @@ impl ReceiveOptions {
     /// where the files go.
     pub fn gated(&self, dest_exists: bool) -> bool {
         let cached = self.cache.as_ref().is_some_and(|c| !c.is_empty());
-        (self.dedup && (dest_exists || self.basis.is_some() || cached))
-            || (self.update && dest_exists)
-            || self.dry_run
+        let s = &self.sync;
+        (s.dedup && (dest_exists || self.basis.is_some() || cached))
+            || (s.update && dest_exists)
+            || s.dry_run
     }
 }
 
@@ -138,7 +133,7 @@ impl Receiving<'_, '_> {
             .final_path(&q.path)?
             .and_then(|p| std::fs::metadata(&p).ok().map(|m| (p, m)))
             .filter(|(_, m)| m.is_file());
-        if self.opts.update && q.size > 0 {
+        if self.opts.sync.update && q.size > 0 {
             if let Some((path, meta)) = &existing {
                 if meta.len() == q.size && self.up_to_date(q.id, path, meta, &q)? {
                     let mut st = self.sh.lock();
@@ -151,7 +146,7 @@ impl Receiving<'_, '_> {
                 }
             }
         }
-        if self.opts.dry_run {
+        if self.opts.sync.dry_run {
             let mut st = self.sh.lock();
             st.ready(q.id, Vec::new());
             self.sh
@@ -168,7 +163,7 @@ impl Receiving<'_, '_> {
         }
         let basis_path = match &self.opts.basis {
             Some(b) => Some(b.clone()),
-            None if self.opts.dedup => existing.map(|(p, _)| p),
+            None if self.opts.sync.dedup => existing.map(|(p, _)| p),
             None => None,
         };
         // The basis is opened before the new file replaces it; the open
@@ -215,7 +210,7 @@ impl Receiving<'_, '_> {
         meta: &std::fs::Metadata,
         q: &Question,
     ) -> Result<bool, TransferError> {
-        if self.opts.checksum {
+        if self.opts.sync.checksum {
             let Some(want) = self.sh.lock().source_digest(id) else {
                 return Ok(false);
             };
@@ -251,11 +246,7 @@ impl Receiving<'_, '_> {
             return Err("program too long".into());
         }
         let progress = self.sh.progress;
-        let prog = if codec == wire::CODEC_NONE {
-            body.to_vec()
-        } else {
-            crate::compress::decode(codec, body, plen, progress)
-        };
+        let prog = crate::compress::decode(codec, body, plen, progress);
         let (out, copied) = apply(
             &prog,
             len,
@@ -374,7 +365,7 @@ pub(crate) fn delete_extraneous(
     let keep = rx.sh.lock().entry_paths().to_vec();
     let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|(p, ..)| p.clone()).collect();
     let found = rx.sink.extraneous(&dir_paths, &keep, rx.opts.contents)?;
-    if !rx.opts.dry_run {
+    if !rx.opts.sync.dry_run {
         let paths: Vec<PathBuf> = found.iter().map(|(p, _)| p.clone()).collect();
         rx.sink.remove(&paths)?;
     }
@@ -420,11 +411,8 @@ pub(crate) fn gate_sender(
 
 /// Prepares a receiver that answers every file (P-31, P-32): it first
 /// announces its cache.
-pub(crate) fn gate_receiver(
-    session: &mut session::ReceiverSession,
-    sync: &wire::SyncOptions,
-    opts: &ReceiveOptions,
-) {
+pub(crate) fn gate_receiver(session: &mut session::ReceiverSession, opts: &ReceiveOptions) {
+    let sync = &opts.sync;
     session.gate();
     if sync.update && sync.checksum && !sync.dry_run {
         session.expect_digests();
@@ -433,7 +421,7 @@ pub(crate) fn gate_receiver(
         session.dry_run();
         return;
     }
-    if let (Some(c), true) = (&opts.cache, opts.dedup) {
+    if let (Some(c), true) = (&opts.cache, sync.dedup) {
         session.announce_cache(c.ids());
     }
 }

@@ -407,8 +407,6 @@ pub(crate) fn read_next_block(
             // (P-29); this stream goes on to the next block.
             if zero {
                 st.block_zero(&block);
-            }
-            if zero {
                 None
             } else {
                 st.block_parts(&block)
@@ -651,7 +649,8 @@ impl Receiving<'_, '_> {
             let mut more = Vec::new();
             for a in actions {
                 match a {
-                    Action::MakeDir { .. } | Action::MakeSymlink { .. } if self.opts.dry_run => {}
+                    Action::MakeDir { .. } | Action::MakeSymlink { .. }
+                        if self.opts.sync.dry_run => {}
                     Action::MakeDir { path, mode, .. } => self.sink.make_dir(&path, mode)?,
                     Action::MakeSymlink { path, target, .. } => {
                         self.sink.make_symlink(&path, &target)?
@@ -663,7 +662,9 @@ impl Receiving<'_, '_> {
                         mtime,
                         mtime_nsec,
                     } => {
-                        if let (Some(q), true) = (&self.questions, size > 0 || self.opts.dry_run) {
+                        if let (Some(q), true) =
+                            (&self.questions, size > 0 || self.opts.sync.dry_run)
+                        {
                             let _ = q.send(Question {
                                 id,
                                 path,
@@ -686,10 +687,10 @@ impl Receiving<'_, '_> {
                         let _ = self.fin_tx.send((id, mode, mtime, mtime_nsec));
                     }
                     Action::Finish { dirs } => {
-                        if self.opts.delete {
+                        if self.opts.sync.delete {
                             crate::dedup::delete_extraneous(self, &dirs)?;
                         }
-                        if !self.opts.dry_run {
+                        if !self.opts.sync.dry_run {
                             self.sink.finish(&dirs)?;
                         }
                         // The chunk cache has every file and its index is

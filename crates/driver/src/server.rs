@@ -358,14 +358,10 @@ impl Server {
                     Ok((d, basis)) => Side::Receive(
                         Box::new(Sink::new(d, req.preserve)),
                         crate::dedup::ReceiveOptions {
-                            dedup: req.sync.dedup,
-                            update: req.sync.update,
-                            checksum: req.sync.checksum,
+                            sync: req.sync,
                             basis,
                             cache: self.cfg.cache.clone(),
-                            delete: req.sync.delete,
                             contents: req.contents,
-                            dry_run: req.sync.dry_run,
                         },
                     ),
                     Err(e) => return refuse(&mut ctrl_w, e),
@@ -474,7 +470,7 @@ impl Server {
             Side::Receive(sink, opts) => {
                 let mut session = ReceiverSession::new(req.block_size);
                 if gated {
-                    crate::dedup::gate_receiver(&mut session, &req.sync, &opts);
+                    crate::dedup::gate_receiver(&mut session, &opts);
                 }
                 let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &sink, &opts, &progress)?;
                 Ok(format!(

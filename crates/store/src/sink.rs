@@ -294,12 +294,6 @@ impl Sink {
         matches!(self.dest, Destination::Stdout)
     }
 
-    /// Where the manifest path `rel` ends up (`None` for `/dev/null` and
-    /// standard output), checked to stay inside the root.
-    pub fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
-        self.place(rel)
-    }
-
     /// Whether anything exists where the entries go: only then can a
     /// file be found already in place, or serve as a basis (P-31). An
     /// empty directory (one a `dir/` copy just made, say) holds nothing.
@@ -314,8 +308,9 @@ impl Sink {
         }
     }
 
-    /// The final path of a manifest path, checked to stay inside the root.
-    fn place(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
+    /// Where the manifest path `rel` ends up (`None` for `/dev/null` and
+    /// standard output), checked to stay inside the root.
+    pub fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
         let Destination::Path {
             base,
             placement,
@@ -352,7 +347,7 @@ impl Sink {
             Destination::Null => return Ok(()),
             Destination::Path { .. } => {}
         }
-        let Some(p) = self.place(rel)? else {
+        let Some(p) = self.final_path(rel)? else {
             return Ok(());
         };
         let created = match fs::create_dir(&p) {
@@ -368,7 +363,7 @@ impl Sink {
     }
 
     pub fn make_symlink(&self, rel: &[u8], target: &[u8]) -> Result<(), StoreError> {
-        let Some(p) = self.place(rel)? else {
+        let Some(p) = self.final_path(rel)? else {
             return match self.dest {
                 Destination::Stdout => Err(StoreError::new(
                     StoreErrorKind::BadRequest,
@@ -388,7 +383,7 @@ impl Sink {
 
     /// Creates the temporary file for entry `id`.
     pub fn open_file(&self, id: u32, rel: &[u8], size: u64) -> Result<(), StoreError> {
-        let Some(final_path) = self.place(rel)? else {
+        let Some(final_path) = self.final_path(rel)? else {
             return Ok(());
         };
         if final_path.is_dir() {
@@ -616,7 +611,9 @@ impl Sink {
     pub fn finish(&self, dirs: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
         let modes = self.dir_modes.lock().expect("dir table");
         for (rel, mtime, nsec) in dirs {
-            let Some(p) = self.place(rel)? else { continue };
+            let Some(p) = self.final_path(rel)? else {
+                continue;
+            };
             if let Some(&(mode, created)) = modes.get(rel) {
                 if self.preserve || created {
                     fs::set_permissions(&p, fs::Permissions::from_mode(self.mode_of(mode)))
@@ -665,7 +662,7 @@ impl Sink {
         };
         let mut kept = HashSet::new();
         for rel in keep {
-            if let Some(p) = self.place(rel)? {
+            if let Some(p) = self.final_path(rel)? {
                 kept.insert(p);
             }
         }
@@ -674,7 +671,7 @@ impl Sink {
             scopes.push(base.clone());
         }
         for rel in dirs {
-            if let Some(p) = self.place(rel)? {
+            if let Some(p) = self.final_path(rel)? {
                 scopes.push(p);
             }
         }
