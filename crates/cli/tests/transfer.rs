@@ -617,6 +617,77 @@ fn haul_sync(env: &Env, extra: &[&str], from: &str, to: &str) -> serde_json::Val
     json_of(&c.output().unwrap())
 }
 
+/// Small files that share words with each other but hardly within
+/// themselves: each compresses poorly alone, and a bundle (P-33) well.
+fn tree_of_related_files(top: &std::path::Path, files: usize) -> usize {
+    let words: Vec<Vec<u8>> = (0..256).map(|i| random_bytes(32, 1000 + i)).collect();
+    let mut total = 0;
+    for i in 0..files {
+        let dir = top.join(format!("d{}", i % 7));
+        fs::create_dir_all(&dir).unwrap();
+        let picks = random_bytes(128, 5000 + i as u64);
+        let mut text: Vec<u8> = picks
+            .iter()
+            .flat_map(|&p| words[p as usize].clone())
+            .collect();
+        // Not all the same length, one of them a few bytes.
+        text.truncate(if i == 5 { 3 } else { 4096 - i % 50 });
+        total += text.len();
+        write_file(&dir.join(format!("f{i}.txt")), &text);
+    }
+    total
+}
+
+#[test]
+fn small_files_are_bundled_and_compressed_together_both_ways() {
+    let env = Env::new();
+    let server = env.serve();
+    let top = env.local.join("small");
+    let bytes = tree_of_related_files(&top, 400);
+    // One zero file among them is announced, not bundled.
+    write_file(&top.join("d0/zeros"), &[0u8; 1000]);
+    for transport in ["tcp", "udp"] {
+        let name = format!("small-{transport}");
+        let out = env.cp(&[
+            "-rp",
+            "--json",
+            "--compress",
+            "zstd",
+            "--transport",
+            transport,
+            top.to_str().unwrap(),
+            &env.remote(&server, &name),
+        ]);
+        ok(&out);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let wire = json["wire_bytes"].as_u64().unwrap();
+        // Alone each file keeps most of its bytes; bundled, the words are
+        // sent about once per bundle.
+        assert!(
+            wire < bytes as u64 / 3,
+            "{transport}: {wire} bytes on the wire for {bytes}"
+        );
+        assert_same_tree(&top, &env.root.join(&name));
+
+        let back = env.local.join(format!("back-{transport}"));
+        let out = env.cp(&[
+            "-rp",
+            "--json",
+            "--compress",
+            "zstd",
+            "--transport",
+            transport,
+            &env.remote(&server, &name),
+            back.to_str().unwrap(),
+        ]);
+        ok(&out);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(json["wire_bytes"].as_u64().unwrap() < bytes as u64 / 3);
+        assert_same_tree(&top, &back);
+    }
+    assert!(temporaries(env.dir.path()).is_empty());
+}
+
 #[test]
 fn an_existing_destination_is_a_basis_both_ways_on_both_transports() {
     let env = Env::new();

@@ -69,6 +69,11 @@ impl Compression {
         }
     }
 
+    /// `--compress none`: nothing is compressed.
+    pub fn is_off(&self) -> bool {
+        self.off
+    }
+
     /// A receiving side compresses nothing.
     pub fn off() -> Compression {
         Compression::new(Mode::Fixed(Codec::None))

@@ -221,16 +221,20 @@ pub fn run_sender(
         SendPath::Tcp(data) => {
             run_sender_with(ctrl_r, ctrl_w, data, None, session, sources, how, progress)
         }
-        SendPath::Udp(link) => run_sender_with(
-            ctrl_r,
-            ctrl_w,
-            vec![],
-            Some(*link),
-            session,
-            sources,
-            how,
-            progress,
-        ),
+        SendPath::Udp(link) => {
+            let mut session = session;
+            session.set_window(crate::server::udp_send_window(link.rtt));
+            run_sender_with(
+                ctrl_r,
+                ctrl_w,
+                vec![],
+                Some(*link),
+                session,
+                sources,
+                how,
+                progress,
+            )
+        }
     }
 }
 
@@ -419,11 +423,20 @@ pub(crate) fn read_next_block(
         }
         // A delta program against what the receiver holds (P-31), when
         // shorter: it replaces the block, and is what may be compressed.
-        let (mut at, mut delta) = (at, 0);
+        let (mut at, mut delta, mut hash) = (at, 0, hash);
         if let Some((parts, literal)) = parts {
             if crate::dedup::encode(buf, at, &parts) {
                 Progress::add(&sh.progress.dedup_bytes, (block.len - literal) as u64);
                 (at, delta) = (at + 4, wire::CODEC_DELTA);
+            }
+        } else if !sh.compression.is_off() {
+            // Whole small files go together, to be compressed as one
+            // (P-33); the header's hash is then the bundle's.
+            let lead = sh.lock().may_lead_bundle(&block, crate::bundle::MEMBER_MAX);
+            if lead {
+                if let Some(h) = crate::bundle::gather(sh, sources, buf, at, &block, hash) {
+                    (at, delta, hash) = (at + 4, wire::CODEC_BUNDLE, h);
+                }
             }
         }
         // Compressed in place (P-30): the bytes in `buf[at..]` become what
@@ -784,15 +797,21 @@ impl Receiving<'_, '_> {
                 }
             };
             let data = &body[BLOCK_HEADER_LEN..];
-            let placed = if h.codec == wire::CODEC_NONE {
-                self.place(&h, data)
-            } else {
-                let decoded = self.decode(h.file, h.codec, data, h.len);
-                self.place(&h, &decoded)
-            };
-            if placed.is_none() {
+            if self.place_encoded(&h, data).is_none() {
                 return;
             }
+        }
+    }
+
+    /// Decodes a block as it came (P-30, P-31, P-33) and places it.
+    pub(crate) fn place_encoded(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+        if h.codec == wire::CODEC_NONE {
+            self.place(h, data)
+        } else if h.codec & wire::CODEC_BUNDLE != 0 {
+            crate::bundle::place(self, h, data)
+        } else {
+            let decoded = self.decode(h.file, h.codec, data, h.len);
+            self.place(h, &decoded)
         }
     }
 

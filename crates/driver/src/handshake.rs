@@ -17,7 +17,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub struct Established {
     pub keys: SessionKeys,
-    /// Time from sending message one to receiving message two.
+    /// Time from sending message one (with the preamble, on the client)
+    /// to receiving message two.
     pub rtt: Duration,
     pub peer: PublicKey,
 }
@@ -65,8 +66,22 @@ pub fn client(
         session: [0; 16],
         stream: 0,
     };
+    // Message one goes with the preamble, built on the only reply worth
+    // going on with (accepted, our version): one round trip less (P-2). A
+    // server that answers anything else has its reply read and reported
+    // below, before message two, and the handshake goes no further.
+    let expected = PreambleReply {
+        version: PROTOCOL_VERSION,
+        accepted: true,
+    };
+    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
+    let (mut hs, m1) = ClientHandshake::start(identity, &greeting).map_err(hs_err)?;
+    let mut opening = pre.encode().to_vec();
+    opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
+    opening.extend_from_slice(&m1);
+    let t0 = Instant::now();
     stream
-        .write_all(&pre.encode())
+        .write_all(&opening)
         .map_err(io_err("greeting the server"))?;
     let mut reply = [0u8; PreambleReply::LEN];
     stream
@@ -88,10 +103,6 @@ pub fn client(
             ),
         ));
     }
-    let greeting = [&pre.encode()[..], &reply.encode()[..]].concat();
-    let (mut hs, m1) = ClientHandshake::start(identity, &greeting).map_err(hs_err)?;
-    let t0 = Instant::now();
-    write_raw(stream, &m1).map_err(io_err("handshaking"))?;
     let m2 = read_raw(stream).map_err(io_err("handshaking"))?;
     let rtt = t0.elapsed();
     let server_key = hs.read_reply(&m2).map_err(hs_err)?;

@@ -12,6 +12,7 @@
 //! - [`ssh`]: no-daemon use: the remote side started over ssh, and the
 //!   relay through the ssh channel when hosts cannot connect directly.
 
+pub(crate) mod bundle;
 pub mod client;
 pub mod compress;
 pub mod datagram;

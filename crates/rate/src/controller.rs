@@ -24,6 +24,10 @@ pub struct Feedback {
     /// Smallest one-way delay measured in the interval (receiver clock minus
     /// sender timestamp: only differences between reports are meaningful).
     pub min_one_way: Duration,
+    /// The sender ran out of data to send while this interval's datagrams
+    /// were on their way (its queue was empty, not its window full): the
+    /// delivery rate shows what it had, not what the path can carry.
+    pub app_limited: bool,
 }
 
 impl Feedback {

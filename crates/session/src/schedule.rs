@@ -76,6 +76,12 @@ impl Scheduler {
         }
     }
 
+    /// Changes the cap on bytes handed out and not yet acknowledged (the
+    /// UDP channel sizes it once it knows the round trip).
+    pub fn set_window(&mut self, window: u64) {
+        self.window = window.max(self.block_size as u64);
+    }
+
     /// Holds every file with blocks until [`Scheduler::release`] or
     /// [`Scheduler::skip`] names it.
     pub fn hold_all(&mut self) {
@@ -126,6 +132,52 @@ impl Scheduler {
             self.cursor_block = 0;
         }
         None
+    }
+
+    /// The next fresh block, if it is a whole file of at most `max_len`
+    /// bytes, the window has room for it, and no re-send waits: a member
+    /// for a bundle (P-33). `None` leaves the scheduler as it was.
+    pub fn next_whole_file(&mut self, max_len: u32, now: Instant) -> Option<BlockRef> {
+        if !self.retry.is_empty() {
+            return None;
+        }
+        let mut f = self.cursor_file;
+        let mut b = self.cursor_block;
+        let size = loop {
+            let &(file, size) = self.files.get(f)?;
+            if self.held.contains(&file) {
+                return None;
+            }
+            if b < block_count(size, self.block_size) {
+                break size;
+            }
+            f += 1;
+            b = 0;
+        };
+        let whole = b == 0 && size <= self.block_size as u64 && size <= max_len as u64;
+        if !whole || self.in_flight_bytes + size > self.window {
+            return None;
+        }
+        let block = self.fresh().expect("peeked");
+        match self.launch(block, now) {
+            Next::Send(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Every block has been handed out at least once: only re-sends and
+    /// endgame copies can follow.
+    pub fn all_handed_out(&self) -> bool {
+        let mut f = self.cursor_file;
+        let mut b = self.cursor_block;
+        while let Some(&(_, size)) = self.files.get(f) {
+            if b < block_count(size, self.block_size) {
+                return false;
+            }
+            f += 1;
+            b = 0;
+        }
+        true
     }
 
     fn peek_fresh_len(&self) -> Option<u32> {

@@ -56,6 +56,8 @@ pub struct SenderSession {
     sched: Scheduler,
     files: HashMap<u32, SendFile>,
     nacks: HashMap<(u32, u32), u32>,
+    /// Bundles in flight (P-33): the leader's file and the other members'.
+    bundles: HashMap<u32, Vec<u32>>,
     files_left: usize,
     summary: Option<Summary>,
     /// The receiver answers each file before its blocks go (P-31).
@@ -141,6 +143,7 @@ impl SenderSession {
             sched: Scheduler::new(order, block_size, window),
             files,
             nacks: HashMap::new(),
+            bundles: HashMap::new(),
             files_left,
             summary: None,
             gated: false,
@@ -161,6 +164,11 @@ impl SenderSession {
             acked_bytes: 0,
             files_done: 0,
         }
+    }
+
+    /// Changes the cap on unacknowledged bytes given to [`SenderSession::new`].
+    pub fn set_window(&mut self, window: u64) {
+        self.sched.set_window(window);
     }
 
     /// The receiver will answer every file with `Ready` or `Skip` (P-31):
@@ -271,6 +279,43 @@ impl SenderSession {
         self.outbox.pop_front()
     }
 
+    /// Whether `block`, just taken, may lead a bundle (P-33): it is a whole
+    /// file of at most `max_len` bytes, sent for the first time, and the
+    /// receiver is not answering files first (gated files may go as delta
+    /// programs, which bundles do not carry).
+    pub fn may_lead_bundle(&self, block: &BlockRef, max_len: u32) -> bool {
+        !self.gated
+            && block.index == 0
+            && block.len <= max_len
+            && !self.nacks.contains_key(&(block.file, 0))
+            && self
+                .files
+                .get(&block.file)
+                .is_some_and(|f| f.size == block.len as u64)
+    }
+
+    /// The next block for the bundle being built, if it is a whole file of
+    /// at most `max_len` bytes (see [`Scheduler::next_whole_file`]).
+    pub fn next_bundle_member(&mut self, max_len: u32, now: Instant) -> Option<BlockRef> {
+        if self.summary.is_some() || self.gated {
+            return None;
+        }
+        self.sched.next_whole_file(max_len, now)
+    }
+
+    /// The bundle led by `leader` carries `members` too: if the receiver
+    /// asks for the leader again, they go again (alone).
+    pub fn bundled(&mut self, leader: u32, members: Vec<u32>) {
+        if !members.is_empty() {
+            self.bundles.insert(leader, members);
+        }
+    }
+
+    /// Every block has been handed out once (see [`Scheduler::all_handed_out`]).
+    pub fn all_handed_out(&self) -> bool {
+        self.sched.all_handed_out()
+    }
+
     /// Next block for a stream that is ready.
     pub fn next_block(&mut self, now: Instant) -> Next {
         if self.summary.is_some() {
@@ -352,6 +397,9 @@ impl SenderSession {
         match msg {
             Msg::Acks(list) => {
                 for (file, index) in list {
+                    if index == 0 {
+                        self.bundles.remove(&file);
+                    }
                     self.sched.acked(file, index, now);
                     let f = Self::block_of(&mut self.files, "ack", file, index)?;
                     let slot = &mut f.acked[index as usize];
@@ -377,6 +425,19 @@ impl SenderSession {
                 }
                 if self.sched.nacked(file, index) {
                     self.retransmitted += 1;
+                }
+                // A bundle that failed failed for all its members (P-33).
+                let members = (index == 0)
+                    .then(|| self.bundles.remove(&file))
+                    .flatten()
+                    .unwrap_or_default();
+                for m in members {
+                    if self.sched.nacked(m, 0) {
+                        self.retransmitted += 1;
+                    }
+                    // Marked as sent again (never bundled again), with no
+                    // try counted against it.
+                    self.nacks.entry((m, 0)).or_insert(0);
                 }
             }
             Msg::FileDone { file } => {
@@ -538,6 +599,53 @@ mod tests {
             tx.block_read(&again, [2; 32]),
             Err(SenderError::SourceChanged { .. })
         ));
+    }
+
+    #[test]
+    fn bundles_take_whole_small_files_and_fail_together() {
+        // Files of 3, 5, 20 (two blocks of 16) and 2 bytes.
+        let entries = vec![
+            file_entry(0, b"a", 3),
+            file_entry(1, b"b", 5),
+            file_entry(2, b"big", 20),
+            file_entry(3, b"c", 2),
+        ];
+        let mut tx = SenderSession::new(entries, 16, 1 << 20);
+        let now = Instant::now();
+        let Next::Send(a) = tx.next_block(now) else {
+            panic!()
+        };
+        assert!(tx.may_lead_bundle(&a, 8));
+        assert!(!tx.may_lead_bundle(&a, 2), "larger than asked");
+        // b fits; big is two blocks: the bundle stops there.
+        let b = tx.next_bundle_member(8, now).unwrap();
+        assert_eq!((b.file, b.index, b.len), (1, 0, 5));
+        assert_eq!(tx.next_bundle_member(64, now), None);
+        tx.block_read(&a, [1; 32]).unwrap();
+        tx.block_read(&b, [2; 32]).unwrap();
+        tx.bundled(0, vec![1]);
+        // The bundle fails: the leader and its member both go again, alone.
+        tx.handle(Msg::Nack { file: 0, index: 0 }, now).unwrap();
+        let mut again = vec![];
+        for _ in 0..2 {
+            let Next::Send(r) = tx.next_block(now) else {
+                panic!()
+            };
+            again.push(r.file);
+            assert!(!tx.may_lead_bundle(&r, 8), "re-sent blocks go alone");
+        }
+        again.sort();
+        assert_eq!(again, [0, 1]);
+        // Re-sends waiting: no member is taken.
+        tx.handle(Msg::Nack { file: 1, index: 0 }, now).unwrap();
+        assert_eq!(tx.next_bundle_member(64, now), None);
+        // A gated session never bundles.
+        let mut gated = SenderSession::new(vec![file_entry(0, b"a", 3)], 16, 1 << 20);
+        gated.gate();
+        gated.handle(Msg::Ready(vec![0]), now).unwrap();
+        if let Next::Send(g) = gated.next_block(now) {
+            assert!(!gated.may_lead_bundle(&g, 8));
+        }
     }
 
     #[test]

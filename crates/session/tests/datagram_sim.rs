@@ -105,6 +105,9 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
             };
             tx.add_block(0, next_block, first, Arc::new(d));
             next_block += 1;
+            if next_block == blocks {
+                tx.set_tail();
+            }
         }
         tx.on_tick(now);
         // Sender, paced.

@@ -12,6 +12,10 @@ pub const CODEC_ZSTD: u8 = 2;
 /// Flag on a codec: the data is a delta program against chunks the
 /// receiver holds (P-31), compressed with the codec in the low bits.
 pub const CODEC_DELTA: u8 = 0x80;
+/// Flag: the payload is a bundle of whole small files (P-33): a 4-byte
+/// length, then the bundle (`wire::bundle`), maybe compressed. The header
+/// names the bundle's first file, and its hash covers the whole bundle.
+pub const CODEC_BUNDLE: u8 = 0x40;
 
 /// Checks a block's encoding: a known codec; raw bytes exactly as long as
 /// the block; compressed bytes shorter than it (a sender never sends a
@@ -19,6 +23,20 @@ pub const CODEC_DELTA: u8 = 0x80;
 pub fn check_coding(codec: u8, len: u32, wire_len: u32) -> Result<(), DecodeError> {
     if len > crate::MAX_BLOCK_SIZE {
         return Err(DecodeError::Invalid("block length"));
+    }
+    if codec & CODEC_BUNDLE != 0 {
+        // Its length is the bundle's, not the block's.
+        return match codec & !CODEC_BUNDLE {
+            CODEC_NONE | CODEC_LZ4 | CODEC_ZSTD
+                if (4..=crate::MAX_BLOCK_SIZE).contains(&wire_len) =>
+            {
+                Ok(())
+            }
+            CODEC_NONE | CODEC_LZ4 | CODEC_ZSTD => {
+                Err(DecodeError::Invalid("bundle encoded length"))
+            }
+            tag => Err(DecodeError::UnknownTag { what: "codec", tag }),
+        };
     }
     if codec & CODEC_DELTA != 0 {
         // A delta program (P-31): a 4-byte length, then the program, maybe
@@ -117,7 +135,10 @@ mod tests {
 
         #[test]
         fn codings_are_checked(codec: u8, len in 0u32..=(crate::MAX_BLOCK_SIZE + 1), wire_len: u32) {
-            if check_coding(codec, len, wire_len).is_ok() {
+            if check_coding(codec, len, wire_len).is_ok() && codec & CODEC_BUNDLE != 0 {
+                prop_assert!(codec & !CODEC_BUNDLE <= CODEC_ZSTD && len <= crate::MAX_BLOCK_SIZE);
+                prop_assert!((4..=crate::MAX_BLOCK_SIZE).contains(&wire_len));
+            } else if check_coding(codec, len, wire_len).is_ok() {
                 prop_assert!(codec & !CODEC_DELTA <= CODEC_ZSTD && len <= crate::MAX_BLOCK_SIZE);
                 let fits = if codec == CODEC_NONE { wire_len == len } else { wire_len < len };
                 prop_assert!(fits);

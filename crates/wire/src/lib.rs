@@ -8,6 +8,7 @@
 
 mod block;
 mod buf;
+pub mod bundle;
 pub mod datagram;
 pub mod hex;
 mod msg;
@@ -16,7 +17,7 @@ pub mod program;
 pub mod stdio;
 
 pub use block::{check_coding, BlockHeader, BLOCK_HEADER_LEN};
-pub use block::{CODEC_DELTA, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD};
+pub use block::{CODEC_BUNDLE, CODEC_DELTA, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD};
 pub use buf::{DecodeError, Reader, Writer};
 pub use msg::{ChunkId, Entry, EntryKind, ErrorCode, Msg, Op, Request, Summary, SyncOptions};
 pub use msg::{CACHE_FILE, DELETED_PER_MESSAGE, MAX_PATH_LEN};

@@ -23,7 +23,7 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
     // Unbounded, so the receiving thread never waits for the workers (a
     // file's preallocation can take a second): it keeps draining the
     // socket and reporting. The sender's window (unacknowledged blocks, at
-    // most UDP_SEND_WINDOW) bounds what can queue here.
+    // most `udp_send_window`) bounds what can queue here.
     let (done_tx, done_rx) = mpsc::channel::<Completed>();
     let (reopen_tx, reopen_rx) = mpsc::channel::<(u32, u32)>();
     let done_rx = Mutex::new(done_rx);
@@ -42,13 +42,7 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
                     codec: c.codec,
                     wire_len: c.data.len() as u32,
                 };
-                let placed = if c.codec == wire::CODEC_NONE {
-                    rx.place(&h, &c.data)
-                } else {
-                    let decoded = rx.decode(c.file, c.codec, &c.data, c.len);
-                    rx.place(&h, &decoded)
-                };
-                match placed {
+                match rx.place_encoded(&h, &c.data) {
                     None => return,
                     Some(BlockVerdict::Rejected) => {
                         let _ = reopen_tx.send((c.file, c.index));

@@ -4,6 +4,7 @@
 //! batches, reads the receiver's reports, and sleeps between bursts rather
 //! than spinning.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,20 +42,26 @@ pub(crate) fn run(
     acks: Receiver<Vec<(u32, u32)>>,
 ) {
     let (tx, rx) = mpsc::sync_channel::<ReadBlock>(2 * link.workers);
+    // Set once every block has been read a first time: the tail.
+    let tail = AtomicBool::new(false);
     std::thread::scope(|scope| {
         for _ in 0..link.workers {
-            let tx = tx.clone();
+            let (tx, tail) = (tx.clone(), &tail);
             scope.spawn(move || {
                 let mut buf = Vec::new();
                 while let Some((b, h, codec)) = read_next_block(sh, sources, &mut buf, 0) {
+                    let last = sh.lock().all_handed_out();
                     if tx.send((b, h, codec, std::mem::take(&mut buf))).is_err() {
                         return;
+                    }
+                    if last {
+                        tail.store(true, Ordering::Relaxed);
                     }
                 }
             });
         }
         drop(tx);
-        if let Err(e) = pump(sh, &link, cap, rx, acks) {
+        if let Err(e) = pump(sh, &link, cap, rx, acks, &tail) {
             sh.fail_transport(e);
         }
     });
@@ -66,6 +73,7 @@ fn pump(
     cap: Option<u64>,
     blocks: Receiver<ReadBlock>,
     acks: Receiver<Vec<(u32, u32)>>,
+    tail: &AtomicBool,
 ) -> Result<(), TransferError> {
     let start = Instant::now();
     let initial = cap.map_or(INITIAL_RATE, |c| c.min(INITIAL_RATE));
@@ -89,6 +97,8 @@ fn pump(
                 tx.block_acked(f, i);
             }
         }
+        // Read before taking blocks, so the last block is queued first.
+        let in_tail = tail.load(Ordering::Relaxed);
         while tx.queued_bytes() < QUEUE_AHEAD {
             match blocks.try_recv() {
                 Ok((b, hash, codec, data)) => {
@@ -101,6 +111,9 @@ fn pump(
                 }
                 Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
             }
+        }
+        if in_tail {
+            tx.set_tail();
         }
         // Reports waiting on the socket.
         take_reports(

@@ -7,7 +7,10 @@
 //! before fresh chunks, so re-sending never stops the flow of new data; a
 //! stale-block request re-queues the named bytes. Reports also feed the
 //! rate controller. A block's bytes are dropped once the receiver has
-//! acknowledged the block (on the control channel).
+//! acknowledged the block (on the control channel). Once no fresh data is
+//! left ([`DatagramSender::set_tail`] and the queue empty), each re-send goes twice (the copy after the other re-sends), so
+//! the end of a transfer on a lossy path rarely waits a further round
+//! trip for a chunk lost twice.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -77,6 +80,15 @@ pub struct DatagramSender {
     fresh: VecDeque<ChunkRef>,
     fresh_bytes: u64,
     retx: VecDeque<ChunkRef>,
+    /// Second copies of re-sends made once no fresh data is left (the
+    /// tail): served after the re-sends, so a chunk lost twice rarely
+    /// costs the transfer's end another round trip.
+    copies: VecDeque<ChunkRef>,
+    /// No block is left to be added for the first time.
+    tail: bool,
+    /// Tail copies queued so far: at most one per [`COPY_BUDGET`]
+    /// datagrams sent (0.5%), so re-sent bytes stay within the loss rate + 1%.
+    copied: u64,
     /// What each remembered sequence number carried (`None`: not data, or
     /// already re-queued); the front is `base`.
     sent: VecDeque<Option<ChunkRef>>,
@@ -91,11 +103,15 @@ pub struct DatagramSender {
     peer_highest: u64,
     /// Delivery rates of recent feedback intervals, bytes per second.
     delivered: VecDeque<f64>,
+    /// When the sender last had room to send and nothing to send.
+    last_starved: Option<Duration>,
     pub stats: SenderStats,
 }
 
 /// Feedback intervals over which the delivery rate's maximum is kept.
 const DELIVERED_WINDOW: usize = 10;
+/// Datagrams sent per tail copy allowed.
+const COPY_BUDGET: u64 = 200;
 /// Datagrams always allowed in flight, whatever the estimate.
 const MIN_IN_FLIGHT: u64 = 64;
 
@@ -111,6 +127,9 @@ impl DatagramSender {
             fresh: VecDeque::new(),
             fresh_bytes: 0,
             retx: VecDeque::new(),
+            copies: VecDeque::new(),
+            tail: false,
+            copied: 0,
             sent: VecDeque::new(),
             base: DATA_SEQ_START,
             controller,
@@ -121,6 +140,7 @@ impl DatagramSender {
             last_sent: Duration::ZERO,
             peer_highest: DATA_SEQ_START,
             delivered: VecDeque::new(),
+            last_starved: None,
             stats: SenderStats::default(),
         }
     }
@@ -156,6 +176,12 @@ impl DatagramSender {
                 self.fresh_bytes += n as u64;
             }
         }
+    }
+
+    /// Every block has been added once: from now on, once the fresh chunks
+    /// are gone, each re-send goes twice.
+    pub fn set_tail(&mut self) {
+        self.tail = true;
     }
 
     /// The receiver verified the block: its bytes are no longer needed.
@@ -232,11 +258,24 @@ impl DatagramSender {
         }
         loop {
             let (c, retransmit) = if let Some(c) = self.retx.pop_front() {
+                if self.tail
+                    && self.fresh.is_empty()
+                    && self.copied < self.stats.datagrams / COPY_BUDGET
+                {
+                    self.copied += 1;
+                    self.copies.push_back(c);
+                }
                 (c, true)
-            } else {
-                let c = self.fresh.pop_front()?;
+            } else if let Some(c) = self.fresh.pop_front() {
                 self.fresh_bytes -= c.len as u64;
                 (c, false)
+            } else if let Some(c) = self.copies.pop_front() {
+                (c, true)
+            } else {
+                // Room to send and nothing to send: the next reports
+                // measure the data, not the path.
+                self.last_starved = Some(now);
+                return None;
             };
             // Chunks of a block acknowledged meanwhile are dropped.
             let Some(h) = self.blocks.get(&(c.file, c.index)) else {
@@ -273,6 +312,7 @@ impl DatagramSender {
     pub fn wants_ping(&self, now: Duration) -> bool {
         !self.blocks.is_empty()
             && self.retx.is_empty()
+            && self.copies.is_empty()
             && self.fresh.is_empty()
             && now.saturating_sub(self.last_sent) >= (self.rtt / 4).max(report_interval(self.rtt))
     }
@@ -383,7 +423,13 @@ impl DatagramSender {
         // One-way delays compare only with each other (the clocks differ):
         // measure from an origin a second below the first sample.
         let origin = *self.owd_origin.get_or_insert(owd - 1_000_000);
+        // The interval's datagrams left about a round trip before its
+        // end; if the queue ran dry since then, they were all there was.
+        let app_limited = self
+            .last_starved
+            .is_some_and(|t| t + g.interval + self.rtt >= now);
         let fb = Feedback {
+            app_limited,
             interval: g.interval,
             bytes: g.bytes,
             packets: g.packets,
@@ -421,6 +467,12 @@ mod tests {
 
     fn sender() -> DatagramSender {
         DatagramSender::new(1472, Duration::from_millis(100), Box::new(Fixed(1 << 20)))
+    }
+
+    /// Every block added, after 10,000 datagrams (a budget of 50 copies).
+    fn tail(s: &mut DatagramSender) {
+        s.set_tail();
+        s.stats.datagrams += 10_000;
     }
 
     #[test]
@@ -471,6 +523,7 @@ mod tests {
         let now = Duration::ZERO;
         let mut s = sender();
         s.add_block(2, 5, raw([0; 32], 10_000), Arc::new(vec![0u8; 10_000]));
+        tail(&mut s);
         while s.poll_transmit(now).is_some() {}
         let stale = wire::datagram::StaleRange {
             file: 2,
@@ -485,6 +538,9 @@ mod tests {
         s.on_report(now, &r);
         let c = s.poll_transmit(now).unwrap();
         assert!(c.range.start <= 3000 && c.range.end > 3000);
+        // Nothing fresh is left: the re-send goes twice.
+        let copy = s.poll_transmit(now).unwrap();
+        assert_eq!(copy.range, c.range);
         assert!(s.poll_transmit(now).is_none());
         s.on_report(now + Duration::from_millis(10), &r);
         assert!(s.poll_transmit(now).is_none());
@@ -496,6 +552,7 @@ mod tests {
         let now = Duration::ZERO;
         let mut s = sender();
         s.add_block(1, 1, raw([0; 32], 20_000), Arc::new(vec![0u8; 20_000]));
+        tail(&mut s);
         while s.poll_transmit(now).is_some() {}
         let hole = |offset| wire::datagram::StaleRange {
             file: 1,
@@ -514,6 +571,71 @@ mod tests {
         while s.poll_transmit(now).is_some() {
             again += 1;
         }
-        assert_eq!(again, 3);
+        assert_eq!(again, 3 * 2, "each re-send and its tail copy");
+    }
+
+    #[test]
+    fn re_sends_in_the_tail_go_twice_after_the_others() {
+        let now = Duration::ZERO;
+        let mut s = sender();
+        s.add_block(0, 0, raw([0; 32], 6000), Arc::new(vec![0u8; 6000]));
+        tail(&mut s);
+        let first: Vec<_> = std::iter::from_fn(|| s.poll_transmit(now)).collect();
+        assert_eq!(first.len(), 5);
+        s.on_report(
+            now,
+            &Report {
+                missing: vec![(first[1].seq, 1), (first[3].seq, 1)],
+                ..Report::default()
+            },
+        );
+        let again: Vec<_> = std::iter::from_fn(|| s.poll_transmit(now)).collect();
+        let ranges: Vec<_> = again.iter().map(|c| c.range.clone()).collect();
+        assert_eq!(
+            ranges,
+            [&first[1], &first[3], &first[1], &first[3]].map(|c| c.range.clone())
+        );
+        assert!(again.iter().all(|c| c.retransmit));
+        assert_eq!(s.stats.retransmitted, 4);
+    }
+
+    #[test]
+    fn tail_copies_stay_within_one_percent_of_datagrams() {
+        let now = Duration::ZERO;
+        let mut s = sender();
+        s.add_block(0, 0, raw([0; 32], 600_000), Arc::new(vec![0u8; 600_000]));
+        s.set_tail();
+        // All of it sent, the receiver's reports moving the in-flight cap.
+        let mut first: Vec<ChunkTransmit> = Vec::new();
+        let mut reported = 0;
+        loop {
+            if let Some(c) = s.poll_transmit(now) {
+                first.push(c);
+                continue;
+            }
+            let highest = first.last().unwrap().seq + 1;
+            if highest == reported {
+                break;
+            }
+            reported = highest;
+            s.on_report(
+                now,
+                &Report {
+                    highest,
+                    ..Report::default()
+                },
+            );
+        }
+        assert!(first.len() > 400);
+        let missing = first.iter().map(|c| (c.seq, 1)).take(50).collect();
+        s.on_report(
+            now,
+            &Report {
+                missing,
+                ..Report::default()
+            },
+        );
+        let again = std::iter::from_fn(|| s.poll_transmit(now)).count() as u64;
+        assert_eq!(again, 50 + first.len() as u64 / COPY_BUDGET);
     }
 }
