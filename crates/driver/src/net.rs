@@ -176,14 +176,14 @@ pub fn tune_accepted(stream: &TcpStream, tuning: &Tuning) {
 }
 
 /// What TCP connections could carry now, in bytes per second: for each,
-/// its congestion window over its smoothed round trip (`TCP_INFO`), or its
-/// pacing rate if lower, summed. A window the sender does not fill does
-/// not grow, so this is what sending raw would reach, whether or not the
+/// its congestion window over its smoothed round trip (`TCP_INFO`), or,
+/// where the pacing rate is lower (BBR), the pacing rate but at least half
+/// the window's rate; summed. A window the sender does not fill does not
+/// grow, so this is what sending raw would reach, whether or not the
 /// sender is busy compressing. BBR keeps twice the path's delivery in its
-/// window, so there the window alone read 27 MB/s on a 12.5 MB/s link; its
-/// pacing rate is its estimate of the path (cubic's is 1.2-2 times the
-/// window, so the window stays the figure). `None` if no connection
-/// reports it.
+/// window, so there the window alone read 27 MB/s on a 12.5 MB/s link
+/// (cubic's pacing rate is 1.2-2 times the window, so there the window
+/// stays the figure). `None` if no connection reports it.
 pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
     let mut total = 0.0;
     let mut any = false;
@@ -210,8 +210,13 @@ pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
         }
         let window = info.tcpi_snd_cwnd as f64 * info.tcpi_snd_mss as f64;
         let mut rate = window / (info.tcpi_rtt as f64 * 1e-6);
-        if info.tcpi_pacing_rate > 0 && info.tcpi_pacing_rate < u64::MAX / 2 {
-            rate = rate.min(info.tcpi_pacing_rate as f64);
+        let pacing = info.tcpi_pacing_rate as f64;
+        if info.tcpi_pacing_rate > 0 && info.tcpi_pacing_rate < u64::MAX / 2 && pacing < rate {
+            // BBR: its pacing rate, but never below half its window's
+            // rate, since its estimate falls with what a sender busy
+            // compressing delivers (on loopback it read a few Gbit/s and
+            // talked auto into compressing random data).
+            rate = pacing.max(rate / 2.0);
         }
         total += rate;
         any = true;
