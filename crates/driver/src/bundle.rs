@@ -13,8 +13,7 @@ use store::Sources;
 use wire::bundle::{self, Member, MAX_MEMBERS, MEMBER_LEN};
 use wire::{BlockHeader, CODEC_BUNDLE, CODEC_NONE};
 
-use crate::engine::{Receiving, Shared};
-use crate::progress::Progress;
+use crate::engine::{read_block, Read, Receiving, Shared};
 
 /// Largest file that goes in a bundle: any that fits (only files of one
 /// block are whole files, P-33).
@@ -54,30 +53,11 @@ pub(crate) fn gather(
             break;
         };
         let start = data.len();
-        data.resize(start + m.len as usize, 0);
-        if let Err(e) = sources.read_block(m.file, m.offset, &mut data[start..]) {
-            sh.fail(e.into(), true);
-            return None;
-        }
-        let h = block_hash(&data[start..]);
-        let zero = codec::is_zero(&data[start..]);
-        {
-            let mut st = sh.lock();
-            if let Err(e) = st.block_read(&m, h) {
-                drop(st);
-                sh.fail(e.into(), true);
-                return None;
-            }
-            if zero {
-                st.block_zero(&m);
-            }
-        }
-        sh.cv.notify_all();
-        if zero {
-            Progress::add(&sh.progress.zero_bytes, m.len as u64);
+        // A zero file is announced (P-29), not bundled.
+        let Read::Data(h, _) = read_block(sh, sources, &m, &mut data, start)? else {
             data.truncate(start);
             continue;
-        }
+        };
         members.push(Member {
             file: m.file,
             len: m.len,

@@ -375,6 +375,52 @@ fn sender_control_reader(
 /// Takes the next block from the session, reads it into `buf[at..]` and
 /// hashes it. `None` when there is nothing more to send or the transfer
 /// stopped (any error is recorded).
+/// A block read and recorded by [`read_block`].
+pub(crate) enum Read {
+    /// All zeros: announced (P-29), not to be sent.
+    Zero,
+    /// Its hash, and its delta parts if it is to go as a program (P-31).
+    Data([u8; 32], Option<(Vec<chunk::Part>, u32)>),
+}
+
+/// Reads `block` into `buf[at..]`, hashes it and records it with the
+/// session. `None`: the transfer failed (the error is recorded).
+pub(crate) fn read_block(
+    sh: &Shared<SenderSession>,
+    sources: &Sources,
+    block: &session::BlockRef,
+    buf: &mut Vec<u8>,
+    at: usize,
+) -> Option<Read> {
+    buf.resize(at + block.len as usize, 0);
+    if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[at..]) {
+        sh.fail(e.into(), true);
+        return None;
+    }
+    let hash = block_hash(&buf[at..]);
+    let zero = codec::is_zero(&buf[at..]);
+    let parts = {
+        let mut st = sh.lock();
+        if let Err(e) = st.block_read(block, hash) {
+            drop(st);
+            sh.fail(e.into(), true);
+            return None;
+        }
+        if zero {
+            st.block_zero(block);
+            None
+        } else {
+            st.block_parts(block)
+        }
+    };
+    sh.cv.notify_all();
+    if zero {
+        Progress::add(&sh.progress.zero_bytes, block.len as u64);
+        return Some(Read::Zero);
+    }
+    Some(Read::Data(hash, parts))
+}
+
 pub(crate) fn read_next_block(
     sh: &Shared<SenderSession>,
     sources: &Sources,
@@ -393,34 +439,11 @@ pub(crate) fn read_next_block(
                 Next::Done => return None,
             }
         };
-        buf.resize(at + block.len as usize, 0);
-        if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[at..]) {
-            sh.fail(e.into(), true);
-            return None;
-        }
-        let hash = block_hash(&buf[at..]);
-        let zero = codec::is_zero(&buf[at..]);
-        let parts = {
-            let mut st = sh.lock();
-            if let Err(e) = st.block_read(&block, hash) {
-                drop(st);
-                sh.fail(e.into(), true);
-                return None;
-            }
-            // Zeros are announced on the control connection, not sent
-            // (P-29); this stream goes on to the next block.
-            if zero {
-                st.block_zero(&block);
-                None
-            } else {
-                st.block_parts(&block)
-            }
-        };
-        sh.cv.notify_all();
-        if zero {
-            Progress::add(&sh.progress.zero_bytes, block.len as u64);
+        // Zeros are announced on the control connection, not sent (P-29);
+        // this stream goes on to the next block.
+        let Read::Data(hash, parts) = read_block(sh, sources, &block, buf, at)? else {
             continue;
-        }
+        };
         // A delta program against what the receiver holds (P-31), when
         // shorter: it replaces the block, and is what may be compressed.
         let (mut at, mut delta, mut hash) = (at, 0, hash);
