@@ -111,12 +111,22 @@ fn priors() -> Vec<Stats> {
     };
     vec![
         s(Codec::Lz4, 0.9, 600e6, 2500e6),
-        s(Codec::Zstd(1), 0.55 * ZSTD1_OVER_3, 400e6, 1200e6),
-        s(Codec::Zstd(3), 0.55, 250e6, 1200e6),
+        s(
+            Codec::Zstd(1),
+            ZSTD_PRIOR * zstd_level_factor(1),
+            400e6,
+            1200e6,
+        ),
+        s(Codec::Zstd(3), ZSTD_PRIOR, 250e6, 1200e6),
         // For slow links with cores to spare: on a real tree (/usr/share in
         // 1 MiB pieces) zstd:6 came within 1% of `tar | zstd -3` as one
         // stream, where zstd:3 was 5% behind.
-        s(Codec::Zstd(6), 0.55 * 0.959, 90e6, 1200e6),
+        s(
+            Codec::Zstd(6),
+            ZSTD_PRIOR * zstd_level_factor(6),
+            90e6,
+            1200e6,
+        ),
     ]
 }
 
@@ -124,15 +134,16 @@ fn priors() -> Vec<Stats> {
 /// measured on a tar of /usr/share cut into 1 MiB pieces.
 fn zstd_level_factor(level: i32) -> f64 {
     match level {
-        ..=1 => ZSTD1_OVER_3,
+        ..=1 => 1.06,
         2..=3 => 1.0,
         4..=6 => 0.959,
         _ => 0.95,
     }
 }
 
-/// zstd:1's output over zstd:3's (see [`zstd_level_factor`]).
-const ZSTD1_OVER_3: f64 = 1.06;
+/// zstd:3's prior factor, which the zstd levels share (see
+/// [`zstd_level_factor`]).
+const ZSTD_PRIOR: f64 = 0.55;
 
 /// A running average; the first measurement replaces the prior.
 fn ewma(old: f64, new: f64, measured: u32) -> f64 {
@@ -173,7 +184,7 @@ impl Auto {
         Auto {
             mode,
             stats: priors(),
-            zstd_factor: 0.55,
+            zstd_factor: ZSTD_PRIOR,
             zstd_measured: 0,
             link_bps: DEFAULT_LINK,
             sender_cores: sender_cores.max(1) as f64,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use session::{block_hash, BlockRef, BlockVerdict, SenderSession};
 use store::Sources;
-use wire::bundle::{self, Member, MAX_MEMBERS, MEMBER_LEN};
+use wire::bundle::{self, Member, MAX_MEMBERS};
 use wire::{BlockHeader, CODEC_BUNDLE, CODEC_NONE};
 
 use crate::engine::{read_block, Read, Receiving, Shared};
@@ -76,7 +76,7 @@ pub(crate) fn gather(
     out.extend_from_slice(&data);
     let total = (out.len() - at - 4) as u32;
     out[at..at + 4].copy_from_slice(&total.to_le_bytes());
-    debug_assert!(total as usize + 4 <= budget + 4 && members.len() * MEMBER_LEN < total as usize);
+    debug_assert!(total as usize <= budget);
     let hash = block_hash(&out[at + 4..]);
     sh.lock()
         .bundled(leader.file, members[1..].iter().map(|m| m.file).collect());
@@ -87,8 +87,9 @@ pub(crate) fn gather(
 /// Places a received bundle led by the block `h` names: checks the whole
 /// bundle against `h.hash`, then places every member as its file's one
 /// block. A bundle that does not decode or check out is the leader's block
-/// failing its hash: the leader is asked for again, and the sender sends
-/// the other members again with it. The leader's verdict comes back.
+/// failing its hash (no bytes hash to the bundle's hash): the leader is
+/// asked for again, and the sender sends the other members again with it.
+/// The leader's verdict comes back.
 pub(crate) fn place(rx: &Receiving, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
     let unbundled = unbundle(rx, h, data);
     let Some(bytes) = unbundled.filter(|b| block_hash(b) == h.hash) else {
@@ -96,7 +97,7 @@ pub(crate) fn place(rx: &Receiving, h: &BlockHeader, data: &[u8]) -> Option<Bloc
             "a bundle led by file {} did not check out; asking for it again",
             h.file
         );
-        return rx.place(&alone(h), &[]);
+        return rx.place(h, &[]);
     };
     let members = match bundle::decode(&bytes) {
         Ok(m) if m[0].0.file == h.file && m[0].0.len == h.len => m,
@@ -105,7 +106,7 @@ pub(crate) fn place(rx: &Receiving, h: &BlockHeader, data: &[u8]) -> Option<Bloc
                 "a bundle led by file {} is malformed; asking for it again",
                 h.file
             );
-            return rx.place(&alone(h), &[]);
+            return rx.place(h, &[]);
         }
     };
     let mut leader = None;
@@ -123,15 +124,6 @@ pub(crate) fn place(rx: &Receiving, h: &BlockHeader, data: &[u8]) -> Option<Bloc
         leader.get_or_insert(v);
     }
     leader
-}
-
-/// The leader's header with the hash of nothing in particular: placing
-/// bytes against it fails, which nacks the leader.
-fn alone(h: &BlockHeader) -> BlockHeader {
-    BlockHeader {
-        codec: CODEC_NONE,
-        ..*h
-    }
 }
 
 /// The bundle's bytes: its 4-byte length, then the bundle, decoded with

@@ -141,19 +141,7 @@ impl Scheduler {
         if !self.retry.is_empty() {
             return None;
         }
-        let mut f = self.cursor_file;
-        let mut b = self.cursor_block;
-        let size = loop {
-            let &(file, size) = self.files.get(f)?;
-            if self.held.contains(&file) {
-                return None;
-            }
-            if b < block_count(size, self.block_size) {
-                break size;
-            }
-            f += 1;
-            b = 0;
-        };
+        let (_, size, b) = self.peek_fresh()?;
         let whole = b == 0 && size <= self.block_size as u64 && size <= max_len as u64;
         if !whole || self.in_flight_bytes + size > self.window {
             return None;
@@ -168,32 +156,32 @@ impl Scheduler {
     /// Every block has been handed out at least once: only re-sends and
     /// endgame copies can follow.
     pub fn all_handed_out(&self) -> bool {
-        let mut f = self.cursor_file;
-        let mut b = self.cursor_block;
-        while let Some(&(_, size)) = self.files.get(f) {
-            if b < block_count(size, self.block_size) {
-                return false;
-            }
-            f += 1;
-            b = 0;
-        }
-        true
+        self.peek_unsent().is_none()
     }
 
-    fn peek_fresh_len(&self) -> Option<u32> {
-        let mut f = self.cursor_file;
+    /// The first file with a block never handed out, from the cursor:
+    /// (file, size, that block's index).
+    fn peek_unsent(&self) -> Option<(u32, u64, u64)> {
         let mut b = self.cursor_block;
-        while let Some(&(file, size)) = self.files.get(f) {
-            if self.held.contains(&file) {
-                return None;
-            }
+        for &(file, size) in self.files.get(self.cursor_file..)? {
             if b < block_count(size, self.block_size) {
-                return Some(block_len(size, self.block_size, b));
+                return Some((file, size, b));
             }
-            f += 1;
             b = 0;
         }
         None
+    }
+
+    /// [`Scheduler::peek_unsent`], unless its file is held (P-31): what
+    /// [`Scheduler::fresh`] would hand out next.
+    fn peek_fresh(&self) -> Option<(u32, u64, u64)> {
+        self.peek_unsent()
+            .filter(|(file, ..)| !self.held.contains(file))
+    }
+
+    fn peek_fresh_len(&self) -> Option<u32> {
+        self.peek_fresh()
+            .map(|(_, size, b)| block_len(size, self.block_size, b))
     }
 
     fn launch(&mut self, block: BlockRef, now: Instant) -> Next {
