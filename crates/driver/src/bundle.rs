@@ -4,7 +4,8 @@
 //! that they are compressed together (a tree of small files compressed one
 //! file at a time loses most of what `tar | zstd` gains). The receiver
 //! checks the bundle's hash, splits it, and places each member as the one
-//! block of its file.
+//! block of its file, under the hash of the member's bytes (authentic
+//! because the bundle's hash is).
 
 use std::time::Instant;
 
@@ -21,26 +22,27 @@ pub const MEMBER_MAX: u32 = BUNDLE_MAX;
 /// Largest bundle (table and bytes, with its 4-byte length). Cut into
 /// pieces of this size and compressed one by one with zstd:3, a tar of
 /// /usr/share came within 1.2% of `tar | zstd -3` as one stream (1 MiB
-/// pieces: 5%).
+/// pieces: 5%). With zstd:9, 8 MiB pieces came to 2.2% less than 4 MiB
+/// pieces, but on the UDP channel at 100 Mbit/s such bundles left the
+/// controller cut for ten seconds after a spurious early delay baseline
+/// (see docs/BENCHMARKS.md), so 4 MiB it stays.
 pub const BUNDLE_MAX: u32 = 4 << 20;
 
-/// Adds whole small files after `leader`, whose bytes are `buf[at..]` and
-/// whose hash is `hash`, while the next block is one and fits. With at
-/// least one taken, `buf[at..]` becomes the bundle's length (4 bytes) and
-/// the bundle, and the bundle's hash comes back; otherwise nothing changes.
+/// Adds whole small files after `leader`, whose bytes are `buf[at..]`,
+/// while the next block is one and fits. With at least one taken,
+/// `buf[at..]` becomes the bundle's length (4 bytes) and the bundle, and
+/// the bundle's hash comes back; otherwise nothing changes.
 pub(crate) fn gather(
     sh: &Shared<SenderSession>,
     sources: &Sources,
     buf: &mut Vec<u8>,
     at: usize,
     leader: &BlockRef,
-    hash: [u8; 32],
 ) -> Option<[u8; 32]> {
     let budget = BUNDLE_MAX as usize - 4;
     let mut members = vec![Member {
         file: leader.file,
         len: leader.len,
-        hash,
     }];
     let mut data: Vec<u8> = Vec::new();
     while members.len() < MAX_MEMBERS {
@@ -54,14 +56,13 @@ pub(crate) fn gather(
         };
         let start = data.len();
         // A zero file is announced (P-29), not bundled.
-        let Read::Data(h, _) = read_block(sh, sources, &m, &mut data, start)? else {
+        let Read::Data(..) = read_block(sh, sources, &m, &mut data, start)? else {
             data.truncate(start);
             continue;
         };
         members.push(Member {
             file: m.file,
             len: m.len,
-            hash: h,
         });
     }
     if members.len() == 1 {
@@ -116,11 +117,11 @@ pub(crate) fn place(rx: &Receiving, h: &BlockHeader, data: &[u8]) -> Option<Bloc
             index: 0,
             offset: 0,
             len: m.len,
-            hash: m.hash,
+            hash: block_hash(bytes),
             codec: CODEC_NONE,
             wire_len: m.len,
         };
-        let v = rx.place(&mh, bytes)?;
+        let v = rx.place_hashed(&mh, bytes)?;
         leader.get_or_insert(v);
     }
     leader

@@ -457,7 +457,7 @@ pub(crate) fn read_next_block(
             // (P-33); the header's hash is then the bundle's.
             let lead = sh.lock().may_lead_bundle(&block, crate::bundle::MEMBER_MAX);
             if lead {
-                if let Some(h) = crate::bundle::gather(sh, sources, buf, at, &block, hash) {
+                if let Some(h) = crate::bundle::gather(sh, sources, buf, at, &block) {
                     (at, delta, hash) = (at + 4, wire::CODEC_BUNDLE, h);
                 }
             }
@@ -844,6 +844,12 @@ impl Receiving<'_, '_> {
         self.place_with(h, &block_hash(data), || {
             self.sink.write_block(h.file, h.offset, data)
         })
+    }
+
+    /// Places a block whose bytes are known to hash to `h.hash` (a bundle's
+    /// member, P-33), without hashing them again.
+    pub(crate) fn place_hashed(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+        self.place_with(h, &h.hash, || self.sink.write_block(h.file, h.offset, data))
     }
 
     /// The blocks a `Zeros` message announced (P-29): each is placed as a

@@ -3,12 +3,14 @@
 //! against [`wire::MAX_FRAME_LEN`] before anything is allocated, and a frame
 //! that fails to open ends the connection.
 
+use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
+use codec::{Codec, Coder};
 use secure::{OpenError, Opener, Sealer};
-use wire::{DecodeError, ErrorCode, Msg, MAX_FRAME_LEN, TAG_LEN};
+use wire::{packed, DecodeError, ErrorCode, Msg, MAX_FRAME_LEN, TAG_LEN};
 
 use crate::error::TransferError;
 use crate::progress::Progress;
@@ -48,10 +50,18 @@ const _: () = assert!(TAG_LEN == secure::seal::TAG_LEN);
 /// Room to leave before a body so the length can be written in place.
 pub const LEN_PREFIX: usize = 4;
 
+/// Uncompressed bytes of control messages packed into one frame (P-34).
+const PACK_AT: usize = 256 << 10;
+
+/// The zstd level that packs control messages: fast, and paths shrink
+/// about as much as at higher levels.
+const PACK_CODEC: Codec = Codec::Zstd(3);
+
 pub struct FrameWriter {
     stream: TcpStream,
     sealer: Sealer,
     progress: Arc<Progress>,
+    coder: Coder,
 }
 
 impl FrameWriter {
@@ -60,6 +70,7 @@ impl FrameWriter {
             stream,
             sealer,
             progress,
+            coder: Coder::new(),
         }
     }
 
@@ -86,32 +97,71 @@ impl FrameWriter {
         Ok(())
     }
 
-    /// Sends `msgs` as consecutive frames with as few writes as possible:
-    /// a manifest of many small entries costs a write per 256 KiB, not one
-    /// per entry.
+    /// Sends `msgs` with as few frames and writes as possible: runs of
+    /// messages go packed and compressed together (P-34), so a manifest of
+    /// many small entries costs a frame and a write per 256 KiB of entries,
+    /// not one per entry.
     pub fn send_msgs(&mut self, msgs: &[Msg]) -> io::Result<()> {
-        const FLUSH_AT: usize = 256 << 10;
         let mut out = Vec::new();
+        let mut raw = Vec::new();
+        let mut count = 0;
         for m in msgs {
             let body = m.encode();
-            let at = out.len();
-            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            out.extend_from_slice(&body);
-            let tag = self
-                .sealer
-                .seal_prefix(&mut out[at + LEN_PREFIX..], body.len());
-            out.extend_from_slice(&tag);
-            if out.len() >= FLUSH_AT {
+            if packed::joined_len(body.len()) > PACK_AT {
+                self.seal_pack(&mut out, &mut raw, &mut count);
+                self.seal_into(&mut out, &body);
+                continue;
+            }
+            if raw.len() + packed::joined_len(body.len()) > PACK_AT {
+                self.seal_pack(&mut out, &mut raw, &mut count);
                 self.stream.write_all(&out)?;
                 Progress::add(&self.progress.wire_tx, out.len() as u64);
                 out.clear();
             }
+            packed::append(&mut raw, &body);
+            count += 1;
         }
+        self.seal_pack(&mut out, &mut raw, &mut count);
         if !out.is_empty() {
             self.stream.write_all(&out)?;
             Progress::add(&self.progress.wire_tx, out.len() as u64);
         }
         Ok(())
+    }
+
+    /// Appends the `count` messages joined in `raw` to `out` as one frame:
+    /// a lone message as itself, several as a packed message.
+    fn seal_pack(&mut self, out: &mut Vec<u8>, raw: &mut Vec<u8>, count: &mut usize) {
+        match *count {
+            0 => {}
+            1 => {
+                let body = &raw[packed::joined_len(0)..];
+                let body = body.to_vec();
+                self.seal_into(out, &body);
+            }
+            _ => {
+                let mut data = Vec::new();
+                self.coder.compress(PACK_CODEC, raw, &mut data);
+                let body = Msg::Packed {
+                    raw_len: raw.len() as u32,
+                    data,
+                }
+                .encode();
+                self.seal_into(out, &body);
+            }
+        }
+        raw.clear();
+        *count = 0;
+    }
+
+    fn seal_into(&mut self, out: &mut Vec<u8>, body: &[u8]) {
+        let at = out.len();
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(body);
+        let tag = self
+            .sealer
+            .seal_prefix(&mut out[at + LEN_PREFIX..], body.len());
+        out.extend_from_slice(&tag);
     }
 
     pub fn send_msg(&mut self, msg: &Msg) -> io::Result<()> {
@@ -137,6 +187,9 @@ pub struct FrameReader {
     opener: Opener,
     buf: Vec<u8>,
     progress: Arc<Progress>,
+    /// Messages of a packed frame not yet handed out (P-34).
+    pending: VecDeque<Msg>,
+    coder: Coder,
 }
 
 impl FrameReader {
@@ -146,6 +199,8 @@ impl FrameReader {
             opener,
             buf: Vec::new(),
             progress,
+            pending: VecDeque::new(),
+            coder: Coder::new(),
         }
     }
 
@@ -188,11 +243,24 @@ impl FrameReader {
         Ok(Some(&mut self.buf[..n as usize]))
     }
 
+    /// The next control message, unpacking packed frames (P-34).
     pub fn read_msg(&mut self) -> Result<Option<Msg>, FrameError> {
-        match self.read_body()? {
-            None => Ok(None),
-            Some(body) => Msg::decode(body).map(Some).map_err(FrameError::Decode),
+        if let Some(m) = self.pending.pop_front() {
+            return Ok(Some(m));
         }
+        let msg = match self.read_body()? {
+            None => return Ok(None),
+            Some(body) => Msg::decode(body).map_err(FrameError::Decode)?,
+        };
+        let Msg::Packed { raw_len, data } = msg else {
+            return Ok(Some(msg));
+        };
+        let mut raw = Vec::new();
+        self.coder
+            .decompress(PACK_CODEC, &data, raw_len as usize, &mut raw)
+            .map_err(|_| FrameError::Decode(DecodeError::Invalid("packed messages")))?;
+        self.pending = packed::split(&raw).map_err(FrameError::Decode)?.into();
+        Ok(self.pending.pop_front())
     }
 
     pub fn get_ref(&self) -> &TcpStream {

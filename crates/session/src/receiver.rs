@@ -404,6 +404,11 @@ impl ReceiverSession {
                 let f = self.files.get_mut(&file).ok_or_else(|| {
                     ReceiverError::Protocol(format!("digest for unknown file {file}"))
                 })?;
+                if f.slots.len() <= 1 || f.digest.is_some() {
+                    return Err(ReceiverError::Protocol(format!(
+                        "unexpected digest for file {file}"
+                    )));
+                }
                 f.digest = Some(digest);
                 self.check_file(file)?;
             }
@@ -516,13 +521,17 @@ impl ReceiverSession {
         if f.released || !f.opened || f.stored != f.slots.len() {
             return Ok(());
         }
-        let Some(digest) = f.digest else {
-            return Ok(());
-        };
-        if FileDigest::of(f.size, f.hashes.iter()) != digest {
-            return Err(ReceiverError::Integrity {
-                path: String::from_utf8_lossy(&f.path).into_owned(),
-            });
+        // A file of at most one block has no digest to wait for (P-12): its
+        // one verified block is the whole file.
+        if f.slots.len() > 1 {
+            let Some(digest) = f.digest else {
+                return Ok(());
+            };
+            if FileDigest::of(f.size, f.hashes.iter()) != digest {
+                return Err(ReceiverError::Integrity {
+                    path: String::from_utf8_lossy(&f.path).into_owned(),
+                });
+            }
         }
         f.released = true;
         self.actions.push_back(Action::Finalize {
@@ -701,6 +710,49 @@ mod tests {
         assert!(!rx2.is_finished(), "Done waits for directory metadata");
         rx2.complete();
         assert!(rx2.is_finished());
+    }
+
+    #[test]
+    fn files_of_one_block_or_none_need_no_digest() {
+        let mut rx = ReceiverSession::new(4);
+        rx.handle(file(1, "one", 3)).unwrap();
+        rx.handle(file(2, "empty", 0)).unwrap();
+        let mut finalized = Vec::new();
+        let mut finalized_in = |rx: &mut ReceiverSession| {
+            while let Some(a) = rx.poll_action() {
+                match a {
+                    Action::OpenFile { id, .. } => rx.opened(id).unwrap(),
+                    Action::Finalize { id, .. } => finalized.push(id),
+                    _ => {}
+                }
+            }
+        };
+        finalized_in(&mut rx);
+        let h = block_hash(b"abc");
+        assert!(
+            matches!(
+                rx.handle(Msg::FileEnd {
+                    file: 1,
+                    digest: FileDigest::of(3, [&h])
+                }),
+                Err(ReceiverError::Protocol(_))
+            ),
+            "a one-block file's digest is never sent (P-12)"
+        );
+        let hdr = BlockHeader {
+            file: 1,
+            index: 0,
+            offset: 0,
+            len: 3,
+            hash: h,
+            codec: wire::CODEC_NONE,
+            wire_len: 3,
+        };
+        assert_eq!(rx.block_arrived(&hdr, &h).unwrap(), BlockVerdict::Write);
+        rx.block_written(1, 0).unwrap();
+        finalized_in(&mut rx);
+        finalized.sort();
+        assert_eq!(finalized, [1, 2]);
     }
 
     #[test]

@@ -120,14 +120,8 @@ impl SenderSession {
                 order.push((e.id, size));
                 nfiles += 1;
                 nbytes += size;
-                let id = e.id;
+                // Files of at most one block get no FileEnd (P-12).
                 outbox.push_back(Msg::Entry(e));
-                if n == 0 {
-                    outbox.push_back(Msg::FileEnd {
-                        file: id,
-                        digest: FileDigest::of(0, []),
-                    });
-                }
             } else {
                 outbox.push_back(Msg::Entry(e));
             }
@@ -346,7 +340,9 @@ impl SenderSession {
             None => {
                 *slot = Some(hash);
                 f.missing -= 1;
-                if f.missing == 0 {
+                // A file of one block needs no FileEnd: its block's hash,
+                // checked on arrival, says all its digest would (P-12).
+                if f.missing == 0 && f.hashes.len() > 1 {
                     let digest = FileDigest::of(
                         f.size,
                         f.hashes.iter().map(|h| h.as_ref().expect("all present")),
@@ -770,14 +766,10 @@ mod tests {
     }
 
     #[test]
-    fn announces_manifest_and_empty_file_digest() {
+    fn announces_manifest_and_no_digest_for_an_empty_file() {
         let e = file_entry(3, b"empty", 0);
         let mut tx = SenderSession::new(vec![e], 4, 1 << 20);
         assert!(matches!(tx.poll_control(), Some(Msg::Entry(_))));
-        assert!(matches!(
-            tx.poll_control(),
-            Some(Msg::FileEnd { file: 3, .. })
-        ));
         assert_eq!(
             tx.poll_control(),
             Some(Msg::ManifestEnd { files: 1, bytes: 0 })

@@ -262,10 +262,18 @@ impl RecvBatch {
     /// Calls `f` with each datagram's source and bytes (mutable, to open
     /// in place).
     pub fn for_each(&mut self, mut f: impl FnMut(SocketAddr, &mut [u8])) {
+        self.for_each_stamped(|from, _, d| f(from, d));
+    }
+
+    /// Like [`RecvBatch::for_each`], with the time the kernel received each
+    /// datagram (`SO_TIMESTAMPNS`, since the Unix epoch) where it says:
+    /// unlike the time this process gets to it, that does not move when
+    /// the receiving thread waits for a core.
+    pub fn for_each_stamped(&mut self, mut f: impl FnMut(SocketAddr, Option<Duration>, &mut [u8])) {
         for (meta, buf) in self.metas[..self.n].iter().zip(self.bufs.iter_mut()) {
             let stride = meta.stride.max(1);
             for d in buf[..meta.len].chunks_mut(stride) {
-                f(meta.addr, d);
+                f(meta.addr, meta.timestamp, d);
             }
         }
     }

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod datagram;
 pub mod hex;
 mod msg;
+pub mod packed;
 mod preamble;
 pub mod program;
 pub mod stdio;

@@ -293,6 +293,13 @@ pub enum Msg {
         zstd_bytes: u64,
         zstd_micros: u64,
     },
+    /// Two or more control messages in one frame (P-34): `data` is a zstd
+    /// frame that decompresses to exactly `raw_len` bytes, the messages
+    /// joined by [`crate::packed::join`].
+    Packed {
+        raw_len: u32,
+        data: Vec<u8>,
+    },
 }
 
 /// Most paths in one `Deleted` message.
@@ -405,6 +412,9 @@ impl Msg {
                     .u64(*lz4_micros)
                     .u64(*zstd_bytes)
                     .u64(*zstd_micros);
+            }
+            Msg::Packed { raw_len, data } => {
+                w.u8(20).u32(*raw_len).bytes(data);
             }
             Msg::Deleted(paths) => {
                 w.u8(18).u32(paths.len() as u32);
@@ -591,6 +601,17 @@ impl Msg {
                 zstd_bytes: r.u64()?,
                 zstd_micros: r.u64()?,
             },
+            20 => {
+                let raw_len = r.u32()?;
+                if raw_len == 0 || raw_len as usize > crate::packed::MAX_PACKED {
+                    return Err(DecodeError::Invalid("packed length"));
+                }
+                let data = r.bytes(r.remaining())?.to_vec();
+                if data.is_empty() {
+                    return Err(DecodeError::Invalid("packed data"));
+                }
+                Msg::Packed { raw_len, data }
+            }
             18 => {
                 let n = r.u32()? as usize;
                 if n > DELETED_PER_MESSAGE {
@@ -701,7 +722,7 @@ fn truncate(s: &str) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -788,7 +809,7 @@ mod tests {
         ]
     }
 
-    fn arb_msg() -> impl Strategy<Value = Msg> {
+    pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
         let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
         prop_oneof![
             (
@@ -892,6 +913,11 @@ mod tests {
             ),
             Just(Msg::Welcome),
             any::<u16>().prop_map(|udp_payload| Msg::UseTransport { udp_payload }),
+            (
+                1u32..=crate::packed::MAX_PACKED as u32,
+                proptest::collection::vec(any::<u8>(), 1..40)
+            )
+                .prop_map(|(raw_len, data)| Msg::Packed { raw_len, data }),
         ]
     }
 

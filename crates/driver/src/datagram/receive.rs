@@ -6,7 +6,7 @@
 
 use std::sync::mpsc;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use session::datagram::{Completed, DatagramReceiver};
 use session::BlockVerdict;
@@ -18,6 +18,10 @@ use super::{open, seal_signal, Opened, UdpLink, SILENCE_TIMEOUT};
 use crate::engine::Receiving;
 use crate::error::TransferError;
 use crate::progress::Progress;
+
+fn since_epoch(t: SystemTime) -> Duration {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default()
+}
 
 pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
     // Unbounded, so the receiving thread never waits for the workers (a
@@ -66,6 +70,15 @@ fn receive(
     let sh = rx.sh;
     let p = sh.progress;
     let start = Instant::now();
+    // One-way delays are taken at the kernel's receive time where it gives
+    // one (P-26), on the wall clock: a receiving thread that waits for a
+    // core (a worker placing a bundle of a thousand files) must not look
+    // like a queue in the path. Only differences of delays count.
+    let wall_start = since_epoch(SystemTime::now());
+    let arrival_us = |stamp: Option<Duration>| {
+        let at = stamp.unwrap_or_else(|| since_epoch(SystemTime::now()));
+        at.saturating_sub(wall_start).as_micros() as u64
+    };
     let mut r = DatagramReceiver::new(link.rtt, Duration::ZERO);
     let mut batch = RecvBatch::default();
     let drops_at_start = udp::receive_buffer_drops().unwrap_or(0);
@@ -87,19 +100,18 @@ fn receive(
         };
         if n > 0 {
             let now = start.elapsed();
-            let now_us = now.as_micros() as u64;
             let mut completed = Vec::new();
             let mut wire = 0u64;
             // Only authenticated datagrams count as hearing from the sender.
             let mut heard = false;
-            let mut handle = |d: &mut [u8]| {
+            let mut handle = |stamp: Option<Duration>, d: &mut [u8]| {
                 let len = d.len();
                 wire += (len + link.channel.header_overhead()) as u64;
                 match open(&link.recv_key, d) {
                     Some(Opened::Chunk { seq, header, data }) => {
                         heard = true;
                         r.on_seq(now, seq, len);
-                        if let Some(c) = r.on_chunk(now, now_us, &header, data) {
+                        if let Some(c) = r.on_chunk(now, arrival_us(stamp), &header, data) {
                             completed.push(c);
                         }
                     }
@@ -123,10 +135,10 @@ fn receive(
                 }
             };
             if backlog.is_empty() {
-                batch.for_each(|_, d| handle(d));
+                batch.for_each_stamped(|_, stamp, d| handle(stamp, d));
             } else {
                 for mut d in backlog.drain(..) {
-                    handle(&mut d);
+                    handle(None, &mut d);
                 }
             }
             Progress::add(&p.wire_rx, wire);

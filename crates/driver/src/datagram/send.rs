@@ -134,14 +134,19 @@ fn pump(
                 ),
             ));
         }
-        // Pacing: credit accrues at the controller's rate. Bursts are
-        // bounded to a few milliseconds' worth (at least two GSO batches):
-        // more than one sleep's overshoot, so oversleeping loses no rate.
+        // Pacing: credit accrues at the controller's rate. A GSO batch
+        // leaves at once, so it carries at most a millisecond's worth: 64
+        // datagrams at 100 Mbit/s queued 7.5 ms at the bottleneck, most
+        // of the 10 ms congestion threshold, and every report saw
+        // congestion. Bursts are bounded to a few milliseconds' worth (at
+        // least two batches): more than one sleep's overshoot, so
+        // oversleeping loses no rate.
         let rate = tx.rate() as f64;
+        let per_send = ((rate * 0.001 / link.payload as f64) as usize).clamp(1, segments);
         let t = Instant::now();
         credit += rate * t.duration_since(last).as_secs_f64();
         last = t;
-        let burst = (rate * 0.004).max((2 * segments * link.payload) as f64);
+        let burst = (rate * 0.004).max((2 * per_send * link.payload) as f64);
         credit = credit.min(burst);
         let mut sent_any = false;
         // Credit left but nothing sendable: nothing queued, or the in-flight
@@ -150,7 +155,7 @@ fn pump(
         while credit >= link.payload as f64 {
             out.clear();
             let mut n = 0;
-            while n < segments {
+            while n < per_send {
                 let Some(c) = tx.poll_transmit(now) else {
                     break;
                 };
