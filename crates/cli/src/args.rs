@@ -58,7 +58,7 @@ Examples:
   haul cp --no-encrypt --streams 16 dtn1:/data/x /dev/null
 
 Transport: by default (--transport auto) data travels over the UDP channel
-when the round trip is 10 ms or more, and over parallel TCP streams on
+when the round trip is 50 ms or more, and over parallel TCP streams on
 shorter paths or when UDP is blocked. The UDP channel paces datagrams at a
 rate it finds by itself (treating random loss as noise, backing off when
 queues grow) and re-sends what the receiver reports missing.
@@ -105,7 +105,7 @@ pub struct CpArgs {
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
     /// How data travels: tcp (parallel streams), udp (one rate-controlled
-    /// datagram channel), or auto (udp when the RTT is 10 ms or more and
+    /// datagram channel), or auto (udp when the RTT is 50 ms or more and
     /// UDP gets through, tcp otherwise).
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,

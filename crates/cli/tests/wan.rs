@@ -243,7 +243,7 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
         return;
     }
     let link = LinkConfig {
-        delay: Duration::from_millis(10),
+        delay: Duration::from_millis(30),
         rate_bps: Some(100_000_000),
         ..Default::default()
     };
@@ -263,7 +263,7 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
     let src = env.local.join("d.bin");
     write_file(&src, &data);
 
-    // 20 ms: auto asks for UDP, gets no answer, and moves to TCP streams.
+    // 60 ms: auto asks for UDP, gets no answer, and moves to TCP streams.
     let out = cp_in_a(
         &emu,
         &env,
@@ -327,9 +327,9 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
     {
         return;
     }
-    // 100 Mbit/s, 40 ms RTT, 0.2% loss: a long path, so auto takes UDP.
+    // 100 Mbit/s, 60 ms RTT, 0.2% loss: a long path, so auto takes UDP.
     let link = LinkConfig {
-        delay: Duration::from_millis(20),
+        delay: Duration::from_millis(30),
         rate_bps: Some(100_000_000),
         loss: 0.002,
         ..Default::default()
