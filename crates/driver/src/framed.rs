@@ -103,25 +103,22 @@ impl FrameWriter {
     /// not one per entry.
     pub fn send_msgs(&mut self, msgs: &[Msg]) -> io::Result<()> {
         let mut out = Vec::new();
-        let mut raw = Vec::new();
-        let mut count = 0;
+        let mut group: Vec<Vec<u8>> = Vec::new();
+        let mut group_len = 0;
         for m in msgs {
             let body = m.encode();
-            if packed::joined_len(body.len()) > PACK_AT {
-                self.seal_pack(&mut out, &mut raw, &mut count);
-                self.seal_into(&mut out, &body);
-                continue;
-            }
-            if raw.len() + packed::joined_len(body.len()) > PACK_AT {
-                self.seal_pack(&mut out, &mut raw, &mut count);
+            let len = packed::joined_len(body.len());
+            if !group.is_empty() && group_len + len > PACK_AT {
+                self.seal_group(&mut out, &mut group);
+                group_len = 0;
                 self.stream.write_all(&out)?;
                 Progress::add(&self.progress.wire_tx, out.len() as u64);
                 out.clear();
             }
-            packed::append(&mut raw, &body);
-            count += 1;
+            group_len += len;
+            group.push(body);
         }
-        self.seal_pack(&mut out, &mut raw, &mut count);
+        self.seal_group(&mut out, &mut group);
         if !out.is_empty() {
             self.stream.write_all(&out)?;
             Progress::add(&self.progress.wire_tx, out.len() as u64);
@@ -129,19 +126,20 @@ impl FrameWriter {
         Ok(())
     }
 
-    /// Appends the `count` messages joined in `raw` to `out` as one frame:
-    /// a lone message as itself, several as a packed message.
-    fn seal_pack(&mut self, out: &mut Vec<u8>, raw: &mut Vec<u8>, count: &mut usize) {
-        match *count {
-            0 => {}
-            1 => {
-                let body = &raw[packed::joined_len(0)..];
-                let body = body.to_vec();
-                self.seal_into(out, &body);
-            }
-            _ => {
+    /// Appends `group` to `out` as one frame and empties it: a lone message
+    /// (any size) as itself, several (at most [`PACK_AT`] joined) as a
+    /// packed message.
+    fn seal_group(&mut self, out: &mut Vec<u8>, group: &mut Vec<Vec<u8>>) {
+        match group.as_slice() {
+            [] => {}
+            [body] => self.seal_into(out, body),
+            bodies => {
+                let mut raw = Vec::new();
+                for b in bodies {
+                    packed::append(&mut raw, b);
+                }
                 let mut data = Vec::new();
-                self.coder.compress(PACK_CODEC, raw, &mut data);
+                self.coder.compress(PACK_CODEC, &raw, &mut data);
                 let body = Msg::Packed {
                     raw_len: raw.len() as u32,
                     data,
@@ -150,8 +148,7 @@ impl FrameWriter {
                 self.seal_into(out, &body);
             }
         }
-        raw.clear();
-        *count = 0;
+        group.clear();
     }
 
     fn seal_into(&mut self, out: &mut Vec<u8>, body: &[u8]) {
@@ -165,11 +162,7 @@ impl FrameWriter {
     }
 
     pub fn send_msg(&mut self, msg: &Msg) -> io::Result<()> {
-        let body = msg.encode();
-        let mut buf = Vec::with_capacity(LEN_PREFIX + body.len() + TAG_LEN);
-        buf.extend_from_slice(&[0; LEN_PREFIX]);
-        buf.extend_from_slice(&body);
-        self.send_in_place(&mut buf)
+        self.send_msgs(std::slice::from_ref(msg))
     }
 
     /// Signals the end of what this side sends; the peer reads EOF.

@@ -6,7 +6,7 @@
 //! This module joins and splits the uncompressed form; the drivers
 //! compress it (zstd) and carry it as [`Msg::Packed`].
 
-use crate::buf::{DecodeError, Reader, Writer};
+use crate::buf::{DecodeError, Reader};
 use crate::msg::Msg;
 
 /// Most uncompressed bytes one packed message may hold. A receiver refuses
@@ -24,11 +24,8 @@ pub fn join(msgs: &[Msg]) -> Vec<u8> {
 
 /// Appends one encoded message to the uncompressed form.
 pub fn append(raw: &mut Vec<u8>, body: &[u8]) {
-    let mut w = Writer {
-        buf: std::mem::take(raw),
-    };
-    w.var_bytes(body);
-    *raw = w.buf;
+    raw.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    raw.extend_from_slice(body);
 }
 
 /// Bytes a message of `body_len` bytes takes in the joined form.
