@@ -392,6 +392,53 @@ fn progress_lines_for_logs() {
 
 /// All-zero blocks are announced, not sent, and land as holes (P-29), on
 /// both transports and both directions; the copies are byte-exact.
+/// On tmpfs the receiver reserves no space (P-17): a file that ends in
+/// zero blocks, or is nothing else, must still get its full size.
+#[test]
+fn files_of_zeros_keep_their_size_on_tmpfs() {
+    use std::os::unix::fs::MetadataExt;
+    let shm = Path::new("/dev/shm");
+    let is_tmpfs = std::process::Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(shm)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "tmpfs");
+    if !is_tmpfs {
+        println!("SKIP: /dev/shm is not a tmpfs here, so the tmpfs path is not tested");
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let mut tail = random_bytes(3 << 20, 13);
+    tail.extend_from_slice(&vec![0u8; 5 << 20]);
+    write_file(&env.root.join("zeros.img"), &vec![0u8; 9 << 20]);
+    write_file(&env.root.join("tail.img"), &tail);
+    let into = tempfile::tempdir_in(shm).unwrap();
+    for transport in ["tcp", "udp"] {
+        for (name, want) in [
+            ("zeros.img", vec![0u8; 9 << 20]),
+            ("tail.img", tail.clone()),
+        ] {
+            let dst = into.path().join(format!("{transport}-{name}"));
+            ok(&env.cp(&[
+                "--transport",
+                transport,
+                &env.remote(&server, name),
+                dst.to_str().unwrap(),
+            ]));
+            assert!(
+                fs::read(&dst).unwrap() == want,
+                "{transport} {name} differs"
+            );
+            let used = fs::metadata(&dst).unwrap().blocks() * 512;
+            assert!(
+                used <= 4 << 20,
+                "{transport} {name}: {used} bytes allocated"
+            );
+        }
+    }
+}
+
 #[test]
 fn zero_blocks_are_not_sent_and_land_as_holes() {
     use std::os::unix::fs::MetadataExt;

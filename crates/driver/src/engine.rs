@@ -25,6 +25,7 @@ use store::{Sink, Sources};
 use wire::{BlockHeader, ErrorCode, Msg, Summary, BLOCK_HEADER_LEN};
 
 use crate::compress::Compression;
+use crate::control_gap::ControlGap;
 use crate::datagram::UdpLink;
 use crate::dedup::{Bases, Question, ReceiveOptions};
 use crate::error::TransferError;
@@ -287,23 +288,28 @@ fn run_sender_with(
         if sh.lock().is_gated() {
             scope.spawn(|| crate::dedup::planner(&sh, sources));
         }
-        // This thread writes control messages.
+        // This thread writes control messages, a gap apart (P-34).
+        let mut gap = ControlGap::new();
         loop {
             let msgs: Vec<Msg> = {
                 let mut st = sh.lock();
-                let msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
-                if msgs.is_empty() {
+                if !st.has_control() {
                     if sh.is_done() || sh.stopped() {
                         break;
                     }
                     let _ = sh.cv.wait_timeout(st, POLL);
                     continue;
                 }
-                msgs
+                if let Some(left) = gap.hold(Instant::now()) {
+                    let _ = sh.cv.wait_timeout(st, left);
+                    continue;
+                }
+                std::iter::from_fn(|| st.poll_control()).collect()
             };
             if !sh.send_all(&msgs) {
                 break;
             }
+            gap.wrote(Instant::now(), sh.sockets.first());
         }
         if sh.is_done() {
             for s in &sh.sockets {
@@ -397,8 +403,14 @@ pub(crate) fn read_block(
         sh.fail(e.into(), true);
         return None;
     }
-    let hash = block_hash(&buf[at..]);
+    // A block of zeros has a known hash (P-29): checking is far cheaper
+    // than hashing, and nearly every block fails the check at once.
     let zero = codec::is_zero(&buf[at..]);
+    let hash = if zero {
+        session::zero_hash(block.len)
+    } else {
+        block_hash(&buf[at..])
+    };
     let parts = {
         let mut st = sh.lock();
         if let Err(e) = st.block_read(block, hash) {
@@ -606,12 +618,20 @@ pub fn run_receiver(
         scope.spawn(move || rx.finalizer(fin_rx));
         // This thread writes acks, nacks, file confirmations and `Done`,
         // and tells the sender how fast this side decompresses.
+        // Writes are a gap apart (P-34), except the last.
         let mut meter = crate::compress::DecodeMeter::default();
+        let mut gap = ControlGap::new();
         loop {
             let (msgs, finished) = {
                 let mut st = sh.lock();
-                let mut msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
                 let finished = st.is_finished();
+                if !finished && st.has_control() {
+                    if let Some(left) = gap.hold(Instant::now()) {
+                        let _ = sh.cv.wait_timeout(st, left);
+                        continue;
+                    }
+                }
+                let mut msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
                 if !finished {
                     msgs.extend(meter.report(sh.progress));
                 }
@@ -632,6 +652,7 @@ pub fn run_receiver(
             if !sh.send_all(&msgs) {
                 break;
             }
+            gap.wrote(Instant::now(), sh.sockets.first());
             if finished {
                 sh.linger();
                 sh.ctrl

@@ -4,6 +4,8 @@
 //!   keepalive) and what the OS allows.
 //! - [`framed`]: length-prefixed sealed frames over a TCP stream.
 //! - [`handshake`]: runs the sans-IO Noise handshake over a connection.
+//! - [`control_gap`]: how often a control writer writes, so small
+//!   messages merge instead of spending a slow-starting window's packets.
 //! - [`engine`]: the transfer loops shared by client and server: one thread
 //!   per data stream, control reader and writer, and a finalizer.
 //! - [`datagram`]: the UDP data channel's set-up, paced sender and
@@ -15,6 +17,7 @@
 pub(crate) mod bundle;
 pub mod client;
 pub mod compress;
+pub mod control_gap;
 pub mod datagram;
 pub mod dedup;
 pub mod engine;

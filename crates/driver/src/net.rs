@@ -188,22 +188,8 @@ pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
     let mut total = 0.0;
     let mut any = false;
     for s in sockets {
-        // SAFETY: `tcp_info` is plain old data; getsockopt writes at most
-        // `len` bytes into it on a descriptor we own.
-        let info = unsafe {
-            let mut info: libc::tcp_info = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-            let rc = libc::getsockopt(
-                s.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                &mut info as *mut libc::tcp_info as *mut libc::c_void,
-                &mut len,
-            );
-            if rc != 0 {
-                continue;
-            }
-            info
+        let Some(info) = tcp_info(s) else {
+            continue;
         };
         if info.tcpi_rtt == 0 {
             continue;
@@ -222,4 +208,27 @@ pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
         any = true;
     }
     any.then_some(total)
+}
+
+/// The kernel's smoothed round-trip time of a connection, once it has one.
+pub fn tcp_rtt(s: &TcpStream) -> Option<Duration> {
+    let info = tcp_info(s)?;
+    (info.tcpi_rtt > 0).then(|| Duration::from_micros(info.tcpi_rtt as u64))
+}
+
+fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
+    // SAFETY: `tcp_info` is plain old data; getsockopt writes at most `len`
+    // bytes into it on a descriptor we own.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut libc::tcp_info as *mut libc::c_void,
+            &mut len,
+        );
+        (rc == 0).then_some(info)
+    }
 }

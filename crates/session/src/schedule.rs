@@ -36,6 +36,9 @@ struct Flight {
     block: BlockRef,
     sent_at: Instant,
     copies: u8,
+    /// Whether its bytes count against the window: not once it was
+    /// announced as zeros, since nothing of it is on the data path.
+    counted: bool,
 }
 
 pub struct Scheduler {
@@ -192,6 +195,7 @@ impl Scheduler {
                 block,
                 sent_at: now,
                 copies: 1,
+                counted: true,
             },
         );
         Next::Send(block)
@@ -235,12 +239,30 @@ impl Scheduler {
         (base * 4).max(Duration::from_millis(200))
     }
 
+    /// The block was found to be zeros and announced on the control
+    /// connection (P-29): it waits for its ack like any other, but no longer
+    /// holds room in the window, which bounds what the data path carries.
+    pub fn announced(&mut self, file: u32, index: u32) {
+        if let Some(f) = self.in_flight.get_mut(&(file, index)) {
+            if f.counted {
+                f.counted = false;
+                self.in_flight_bytes -= f.block.len as u64;
+            }
+        }
+    }
+
+    fn uncount(&mut self, f: &Flight) {
+        if f.counted {
+            self.in_flight_bytes -= f.block.len as u64;
+        }
+    }
+
     /// The receiver verified and stored the block.
     pub fn acked(&mut self, file: u32, index: u32, now: Instant) {
         let Some(f) = self.in_flight.remove(&(file, index)) else {
             return;
         };
-        self.in_flight_bytes -= f.block.len as u64;
+        self.uncount(&f);
         let sample = now.saturating_duration_since(f.sent_at);
         self.latency = Some(match self.latency {
             None => sample,
@@ -252,7 +274,7 @@ impl Scheduler {
     pub fn nacked(&mut self, file: u32, index: u32) -> bool {
         match self.in_flight.remove(&(file, index)) {
             Some(f) => {
-                self.in_flight_bytes -= f.block.len as u64;
+                self.uncount(&f);
                 self.retry.push_back(f.block);
                 true
             }
@@ -307,6 +329,28 @@ mod tests {
         );
         s.acked(0, 0, now);
         assert!(matches!(s.next(now), Next::Send(BlockRef { index: 3, .. })));
+    }
+
+    #[test]
+    fn announced_zeros_free_the_window_but_still_wait_for_acks() {
+        let now = Instant::now();
+        let mut s = Scheduler::new(vec![(0, 50)], 10, 20);
+        assert!(matches!(s.next(now), Next::Send(BlockRef { index: 0, .. })));
+        assert!(matches!(s.next(now), Next::Send(BlockRef { index: 1, .. })));
+        assert_eq!(s.next(now), Next::Wait, "the window is full");
+        s.announced(0, 0);
+        s.announced(0, 0);
+        assert_eq!(s.in_flight_bytes(), 10, "announced once, counted once");
+        assert!(matches!(s.next(now), Next::Send(BlockRef { index: 2, .. })));
+        assert_eq!(s.next(now), Next::Wait);
+        s.acked(0, 0, now);
+        assert_eq!(s.in_flight_bytes(), 20, "its ack frees nothing twice");
+        // A nacked announcement goes again, and counts again.
+        s.announced(0, 1);
+        assert!(s.nacked(0, 1));
+        assert_eq!(s.in_flight_bytes(), 10);
+        assert!(matches!(s.next(now), Next::Send(BlockRef { index: 1, .. })));
+        assert_eq!(s.in_flight_bytes(), 20);
     }
 
     #[test]

@@ -273,6 +273,10 @@ impl SenderSession {
         self.outbox.pop_front()
     }
 
+    pub fn has_control(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
     /// Whether `block`, just taken, may lead a bundle (P-33): it is a whole
     /// file of at most `max_len` bytes, sent for the first time, and the
     /// receiver is not answering files first (gated files may go as delta
@@ -363,6 +367,7 @@ impl SenderSession {
     /// message while the control writer has not taken it.
     pub fn block_zero(&mut self, block: &BlockRef) {
         const BATCH: usize = 1024;
+        self.sched.announced(block.file, block.index);
         if let Some(Msg::Zeros(list)) = self.outbox.back_mut() {
             if list.len() < BATCH {
                 list.push((block.file, block.index));
