@@ -356,11 +356,34 @@ fn disk_full_exit_9_and_nothing_left() {
     assert!(temporaries(&small).is_empty());
 }
 
+/// Bytes of `partial` that already equal `source`, counted in whole
+/// 256 KiB blocks: what an interrupted transfer delivered.
+fn delivered(partial: &Path, source: &[u8]) -> u64 {
+    let got = fs::read(partial).unwrap();
+    got.chunks(256 << 10)
+        .zip(source.chunks(256 << 10))
+        .filter(|(a, b)| a == b)
+        .map(|(a, _)| a.len() as u64)
+        .sum()
+}
+
+/// The re-run moved what was missing, and at most 1% of what the first
+/// run had delivered again (plus 1 MiB for chunk lists and programs).
+fn assert_resumed(out: &std::process::Output, size: u64, had: u64) {
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let wire = json["wire_bytes"].as_u64().unwrap();
+    assert!(
+        wire <= size - had + had / 100 + (1 << 20),
+        "resumed with {wire} bytes on the wire where {had} of {size} were there: {json}"
+    );
+}
+
 #[test]
-fn server_killed_mid_transfer_exit_10() {
+fn server_killed_mid_pull_exit_10_then_the_pull_resumes() {
     let env = Env::new();
     let mut server = env.serve();
-    write_file(&env.root.join("big"), &random_bytes(32 << 20, 8));
+    let data = random_bytes(32 << 20, 8);
+    write_file(&env.root.join("big"), &data);
     let dst = env.local.join("big");
     // 40 Mbit/s: 32 MiB takes ~7 s, so the kill lands mid-transfer.
     let child = env
@@ -381,15 +404,33 @@ fn server_killed_mid_transfer_exit_10() {
     let err = fails(&out, 10);
     assert!(err.contains("connection"), "{err}");
     assert!(!dst.exists(), "partial file under its final name");
+    let partial = env.local.join(".big.haul.part");
+    assert_eq!(temporaries(&env.local), vec![partial.clone()]);
+    let had = delivered(&partial, &data);
+    assert!(had > 0, "the first run delivered nothing before the kill");
+
+    // The same command again, against a restarted server.
+    let server = env.serve();
+    let out = env.cp(&[
+        "--json",
+        "--block-size",
+        "256K",
+        &env.remote(&server, "big"),
+        dst.to_str().unwrap(),
+    ]);
+    ok(&out);
+    assert!(fs::read(&dst).unwrap() == data, "resumed copy differs");
     assert!(temporaries(&env.local).is_empty());
+    assert_resumed(&out, data.len() as u64, had);
 }
 
 #[test]
-fn client_killed_mid_push_leaves_nothing_under_the_final_name() {
+fn client_killed_mid_push_leaves_nothing_under_the_final_name_then_resumes() {
     let env = Env::new();
     let server = env.serve();
     let src = env.local.join("big");
-    write_file(&src, &random_bytes(32 << 20, 8));
+    let data = random_bytes(32 << 20, 8);
+    write_file(&src, &data);
     let mut child = env
         .cp_cmd(&[
             "--rate",
@@ -404,12 +445,32 @@ fn client_killed_mid_push_leaves_nothing_under_the_final_name() {
     std::thread::sleep(Duration::from_millis(1500));
     child.kill().unwrap();
     child.wait().unwrap();
-    // The server notices, drops the session and removes its temporary.
+    // The server notices, drops the session and keeps what it verified,
+    // under the resumable name only.
+    let partial = env.root.join(".big.haul.part");
     assert!(
-        wait_until(Duration::from_secs(20), || temporaries(&env.root)
-            .is_empty()),
-        "server kept {:?}",
-        temporaries(&env.root)
+        wait_until(Duration::from_secs(20), || !store::partial::in_use(
+            &partial
+        )),
+        "the server still holds {partial:?}"
     );
+    assert_eq!(temporaries(&env.root), vec![partial.clone()]);
     assert!(!Path::new(&env.root.join("big")).exists());
+    let had = delivered(&partial, &data);
+    assert!(had > 0, "the first run delivered nothing before the kill");
+
+    let out = env.cp(&[
+        "--json",
+        "--block-size",
+        "256K",
+        src.to_str().unwrap(),
+        &env.remote(&server, "big"),
+    ]);
+    ok(&out);
+    assert!(
+        fs::read(env.root.join("big")).unwrap() == data,
+        "resumed copy differs"
+    );
+    assert!(temporaries(&env.root).is_empty());
+    assert_resumed(&out, data.len() as u64, had);
 }

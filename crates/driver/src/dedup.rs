@@ -161,9 +161,14 @@ impl Receiving<'_, '_> {
             self.sh.cv.notify_all();
             return self.execute(actions);
         }
+        // What an interrupted transfer of this file left (P-35) is the
+        // likelier match: it is this source, where the file in place may
+        // be an older version. The file is written into it in place.
         let basis_path = match &self.opts.basis {
             Some(b) => Some(b.clone()),
-            None if self.opts.sync.dedup => existing.map(|(p, _)| p),
+            None if self.opts.sync.dedup => {
+                self.sink.partial_of(&q.path)?.or(existing.map(|(p, _)| p))
+            }
             None => None,
         };
         // The basis is opened before the new file replaces it; the open

@@ -4,6 +4,8 @@
 //! - [`cache`]: the receiver's persistent chunk cache (`--cache DIR`).
 //! - [`confine`]: map a peer's path into a served root and refuse escapes.
 //! - [`source`]: read a block of a source file at its offset.
+//! - [`partial`]: the files an interrupted transfer leaves, found again
+//!   and resumed from.
 //! - [`sink`]: create directories, links and temporary files at the
 //!   destination, write blocks in place, and rename a file into place only
 //!   after it is verified and synced.
@@ -11,6 +13,7 @@
 pub mod cache;
 pub mod confine;
 pub mod error;
+pub mod partial;
 pub mod sink;
 pub mod source;
 pub mod walk;

@@ -1,10 +1,11 @@
 //! The destination side of the file system (P-17).
 //!
 //! A file is written under a temporary name beside its final one
-//! (`.NAME.haul-XXXXXXXX.part`), preallocated (on tmpfs: checked against
-//! the free space) so a full disk is found early, and renamed into place
-//! only after the session says it is verified and after its data is
-//! synced: nothing incomplete or unverified ever sits under a final name. Directory modes and times are applied last, deepest first,
+//! (`.NAME.haul.part`, kept for resume if the transfer stops: see
+//! [`crate::partial`]), preallocated (on tmpfs: checked against the free
+//! space) so a full disk is found early, and renamed into place only after
+//! the session says it is verified and after its data is synced: nothing
+//! incomplete or unverified ever sits under a final name. Directory modes and times are applied last, deepest first,
 //! so a read-only directory can still be filled.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -15,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,6 +24,7 @@ use session::paths::{self, Placement};
 
 use crate::confine::Root;
 use crate::error::{StoreError, StoreErrorKind};
+use crate::partial;
 
 /// Where received entries go.
 pub enum Destination {
@@ -112,6 +114,11 @@ pub struct OutFile {
     open: Arc<AtomicUsize>,
     temp: PathBuf,
     final_path: PathBuf,
+    /// The temporary name is the resumable one (P-35).
+    resumable: bool,
+    /// It holds bytes worth resuming from: some written by this transfer,
+    /// or by an earlier one.
+    holds_data: AtomicBool,
 }
 
 struct Handle {
@@ -164,6 +171,39 @@ fn reserve(file: &File, size: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Opens the resumable temporary file (P-35): what an earlier transfer
+/// left there stays, cut or extended to `size` and reserved like a new
+/// file. Says whether it held anything.
+fn open_resumable(temp: &Path, final_path: &Path, size: u64) -> Result<(File, bool), StoreError> {
+    let (file, existed) = partial::open_locked(temp).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            StoreError::new(
+                StoreErrorKind::Other,
+                format!(
+                    "{} is being received by another transfer right now; try again when it ends",
+                    final_path.display()
+                ),
+            )
+        } else {
+            StoreError::io("create", temp, &e)
+        }
+    })?;
+    let had = existed && file.metadata().is_ok_and(|m| m.len() > 0);
+    if had {
+        file.set_len(size)
+            .map_err(|e| StoreError::io("resize", temp, &e))?;
+    }
+    if size > 0 {
+        if let Err(e) = reserve(&file, size) {
+            if !had {
+                let _ = fs::remove_file(temp);
+            }
+            return Err(StoreError::io("reserve space for", final_path, &e));
+        }
+    }
+    Ok((file, had))
+}
+
 impl OutFile {
     /// The temporary file's descriptor: the one kept, or a fresh one
     /// (kept if few enough are), creating the file on first use.
@@ -177,6 +217,13 @@ impl OutFile {
                 .write(true)
                 .open(&self.temp)
                 .map_err(|e| StoreError::io("open", &self.temp, &e))?
+        } else if self.resumable {
+            let (f, had) = open_resumable(&self.temp, &self.final_path, self.size)?;
+            if had {
+                self.holds_data.store(true, Ordering::Release);
+            }
+            h.created = true;
+            f
         } else {
             let f = create_temp(&self.temp, &self.final_path, self.size)?;
             h.created = true;
@@ -224,16 +271,6 @@ pub struct Sink {
     /// Mode of each directory entry, and whether this sink created it.
     dir_modes: Mutex<HashMap<Vec<u8>, (u32, bool)>>,
     stdout: Mutex<Ordered>,
-}
-
-fn temp_name(final_path: &Path) -> PathBuf {
-    let mut r = [0u8; 4];
-    getrandom::fill(&mut r).expect("the OS random source is available");
-    let name = final_path.file_name().unwrap_or(OsStr::new("file"));
-    let mut t = b".".to_vec();
-    t.extend_from_slice(name.as_bytes());
-    t.extend_from_slice(format!(".haul-{:08x}.part", u32::from_le_bytes(r)).as_bytes());
-    final_path.with_file_name(OsStr::from_bytes(&t))
 }
 
 /// Sets the modification time of the file at `path` (a temporary file
@@ -327,7 +364,7 @@ impl Sink {
         match fs::symlink_metadata(base) {
             Ok(m) if m.is_dir() => fs::read_dir(base).is_ok_and(|mut d| d.next().is_some()),
             Ok(_) => true,
-            Err(_) => false,
+            Err(_) => partial::left_for(base).is_some(),
         }
     }
 
@@ -395,7 +432,7 @@ impl Sink {
                 _ => Ok(()),
             };
         };
-        let temp = temp_name(&p);
+        let temp = partial::random_name(&p);
         std::os::unix::fs::symlink(OsStr::from_bytes(target), &temp)
             .map_err(|e| StoreError::io("create link", &temp, &e))?;
         fs::rename(&temp, &p).map_err(|e| {
@@ -422,7 +459,12 @@ impl Sink {
         // refuses them says so at once; beyond MAX_OPEN, a file is created
         // when its first block arrives, so a manifest of many files costs
         // no descriptors before their data does.
-        let temp = temp_name(&final_path);
+        // The resumable name, unless a live transfer holds it (P-35).
+        let resumable = partial::resumable_name(&final_path);
+        let (temp, resumable) = match partial::in_use(&resumable) {
+            false => (resumable, true),
+            true => (partial::random_name(&final_path), false),
+        };
         let out = OutFile {
             handle: Mutex::new(Handle {
                 file: None,
@@ -432,6 +474,8 @@ impl Sink {
             open: self.open.clone(),
             temp,
             final_path,
+            resumable,
+            holds_data: AtomicBool::new(false),
         };
         if self.open.load(Ordering::SeqCst) < MAX_OPEN {
             out.handle()?;
@@ -458,7 +502,9 @@ impl Sink {
                 })?;
                 f.handle()?
                     .write_all_at(data, offset)
-                    .map_err(|e| StoreError::io("write", &f.final_path, &e))
+                    .map_err(|e| StoreError::io("write", &f.final_path, &e))?;
+                f.holds_data.store(true, Ordering::Release);
+                Ok(())
             }
         }
     }
@@ -740,11 +786,21 @@ impl Sink {
         Ok(())
     }
 
-    /// Removes every temporary file not yet renamed into place.
+    /// Removes every temporary file not yet renamed into place, except
+    /// the resumable ones that hold data (P-35).
     pub fn abort(&self) {
         for (_, f) in self.files.lock().expect("file table").drain() {
+            if f.resumable && f.holds_data.load(Ordering::Acquire) {
+                continue;
+            }
             let _ = fs::remove_file(&f.temp);
         }
+    }
+
+    /// The partial an earlier transfer left for the manifest path `rel`,
+    /// if any and no live transfer holds it (P-35).
+    pub fn partial_of(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
+        Ok(self.final_path(rel)?.and_then(|p| partial::left_for(&p)))
     }
 }
 
@@ -826,12 +882,58 @@ mod tests {
     }
 
     #[test]
-    fn abort_leaves_nothing() {
+    fn abort_keeps_only_partials_that_hold_data() {
         let d = tempfile::tempdir().unwrap();
         let s = sink_at(d.path(), "x", false);
         s.open_file(1, b"x", 10).unwrap();
         s.abort();
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+        assert_eq!(
+            fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "nothing written"
+        );
+
+        let s = sink_at(d.path(), "x", false);
+        s.open_file(1, b"x", 10).unwrap();
+        s.write_block(1, 0, b"hello").unwrap();
+        s.abort();
+        let kept = d.path().join(".x.haul.part");
+        assert_eq!(fs::read(&kept).unwrap(), b"hello\0\0\0\0\0");
+        assert!(!d.path().join("x").exists());
+
+        // The next transfer finds it, writes on in place, and places it.
+        let s = sink_at(d.path(), "x", false);
+        assert!(s.destination_exists(), "a partial is something to resume");
+        assert_eq!(s.partial_of(b"x").unwrap(), Some(kept.clone()));
+        s.open_file(1, b"x", 12).unwrap();
+        assert_eq!(s.partial_of(b"x").unwrap(), None, "held by this transfer");
+        s.write_block(1, 5, b" world!").unwrap();
+        s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+        assert_eq!(fs::read(d.path().join("x")).unwrap(), b"hello world!");
+        assert!(!kept.exists());
+
+        // A resumed partial that this transfer wrote nothing into is kept.
+        fs::write(&kept, b"old").unwrap();
+        let s = sink_at(d.path(), "x", false);
+        s.open_file(1, b"x", 3).unwrap();
+        s.abort();
+        assert_eq!(fs::read(&kept).unwrap(), b"old");
+    }
+
+    #[test]
+    fn a_partial_held_by_a_live_transfer_is_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let first = sink_at(d.path(), "x", false);
+        first.open_file(1, b"x", 4).unwrap();
+        first.write_block(1, 0, b"aaaa").unwrap();
+        let second = sink_at(d.path(), "x", false);
+        assert_eq!(second.partial_of(b"x").unwrap(), None);
+        second.open_file(1, b"x", 4).unwrap();
+        second.write_block(1, 0, b"bbbb").unwrap();
+        second.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+        assert_eq!(fs::read(d.path().join("x")).unwrap(), b"bbbb");
+        first.abort();
+        assert_eq!(fs::read(d.path().join(".x.haul.part")).unwrap(), b"aaaa");
     }
 
     #[test]
