@@ -124,11 +124,13 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 mkdir -p "$SCRIPT_DIR/out"
 CSV=$SCRIPT_DIR/out/codec-$STAMP.csv
 echo "dataset,tool,rep,bytes,wall_s,goodput_mbit,wire_bytes,status" >"$CSV"
-declare -A MED
+declare -A MED VALS
+# Reps go round the tools (auto, none, lz4, ... then again), so that a
+# drift in the machine (page cache, a neighbour's load) hits every tool
+# alike instead of whichever ran its reps during it.
 for d in "${DS[@]}"; do
-  for t in "${TL[@]}"; do
-    vals=()
-    for ((r = 1; r <= REPS; r++)); do
+  for ((r = 1; r <= REPS; r++)); do
+    for t in "${TL[@]}"; do
       find "$RECV" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
       sync
       t0=$(now) rc=0 wire=""
@@ -149,9 +151,12 @@ for d in "${DS[@]}"; do
       gp=$(calc "${BYTES[$d]} * 8 / $wall / 1e6")
       echo "$d,$t,$r,${BYTES[$d]},$wall,$gp,$wire,$status" >>"$CSV"
       log "$d $t rep $r: $(fmt1 "$gp") Mbit/s in $(fmt1 "$wall") s ($status)"
-      [[ $status == ok ]] && vals+=("$gp")
+      [[ $status == ok ]] && VALS[$d,$t]+="$gp "
     done
-    ((${#vals[@]})) && MED[$d,$t]=$(median "${vals[@]}") || MED[$d,$t]=0
+  done
+  for t in "${TL[@]}"; do
+    # shellcheck disable=SC2086 # the values are words
+    [[ -n ${VALS[$d,$t]:-} ]] && MED[$d,$t]=$(median ${VALS[$d,$t]}) || MED[$d,$t]=0
   done
 done
 

@@ -203,6 +203,11 @@ pub struct CpArgs {
     /// Seconds to wait for a connection.
     #[arg(long, default_value_t = 10)]
     pub connect_timeout: u64,
+    /// Seconds the server may stay silent (an outage, a hung host) before
+    /// the transfer gives up; shorter outages are ridden through. What was
+    /// verified is kept: the same command again resumes.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub timeout: u64,
     #[command(flatten)]
     pub common: Common,
 }
@@ -241,6 +246,11 @@ pub struct ServeArgs {
     /// Sessions served at once; more get a "busy" answer.
     #[arg(long, default_value_t = 64)]
     pub max_sessions: usize,
+    /// Seconds a client may stay silent (an outage, a hung host) before
+    /// its session ends; what it pushed and was verified is kept for a
+    /// resume.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub timeout: u64,
     /// TCP congestion control (default: bbr where the kernel offers it).
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,

@@ -235,7 +235,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
         },
         basis: a.basis.clone(),
         cache,
-        tuning: Tuning::auto(a.cc.clone()),
+        tuning: Tuning::auto(a.cc.clone(), Duration::from_secs(a.timeout)),
         connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
         notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
     };
@@ -261,6 +261,11 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
                     a.cache.cache_size
                 ),
                 _ => String::new(),
+            } + &match a.timeout {
+                // Only when asked, so that the usual command line stays
+                // what every release accepts.
+                60 => String::new(),
+                t => format!(" --timeout {t}"),
             },
         };
         let (conn, link) = driver::ssh::connect(cfg, &spec, a.through_ssh)?;

@@ -132,6 +132,8 @@ pub struct Json<'a> {
     pub goodput_bps: f64,
     pub streams: u16,
     pub blocks_retransmitted: u64,
+    /// Blocks sent twice near the end of a push, their first copy slow.
+    pub blocks_endgame_copies: u64,
     pub rtt_ms: f64,
     pub protection: &'a str,
     pub stream_window_bytes: u64,
@@ -193,6 +195,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         goodput_bps: r.summary.file_bytes as f64 * 8.0 / secs,
         streams: r.streams,
         blocks_retransmitted: r.retransmitted.max(r.summary.bad_blocks),
+        blocks_endgame_copies: r.endgame_copies,
         rtt_ms: r.rtt.as_secs_f64() * 1e3,
         protection: r.protection.name(),
         stream_window_bytes: r.stream_window,

@@ -1,6 +1,7 @@
 //! `haul serve` and `haul keygen`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use driver::net::{self, Tuning};
 use driver::{ClientKeys, ServerConfig};
@@ -45,7 +46,7 @@ fn stdio(a: ServeArgs) -> i32 {
         root,
         listen,
         data_ports: a.data_ports,
-        tuning: Tuning::auto(a.cc.clone()),
+        tuning: Tuning::auto(a.cc.clone(), Duration::from_secs(a.timeout)),
         cache,
     };
     match driver::ssh::serve_stdio(opts) {
@@ -110,7 +111,7 @@ pub fn run(a: ServeArgs) -> i32 {
             a.cache.cache_size >> 20
         );
     }
-    let tuning = Tuning::auto(a.cc.clone());
+    let tuning = Tuning::auto(a.cc.clone(), Duration::from_secs(a.timeout));
     let limits = net::BufferLimits::read();
     if tuning.force_buffer.is_none() {
         eprintln!(

@@ -356,28 +356,6 @@ fn disk_full_exit_9_and_nothing_left() {
     assert!(temporaries(&small).is_empty());
 }
 
-/// Bytes of `partial` that already equal `source`, counted in whole
-/// 256 KiB blocks: what an interrupted transfer delivered.
-fn delivered(partial: &Path, source: &[u8]) -> u64 {
-    let got = fs::read(partial).unwrap();
-    got.chunks(256 << 10)
-        .zip(source.chunks(256 << 10))
-        .filter(|(a, b)| a == b)
-        .map(|(a, _)| a.len() as u64)
-        .sum()
-}
-
-/// The re-run moved what was missing, and at most 1% of what the first
-/// run had delivered again (plus 1 MiB for chunk lists and programs).
-fn assert_resumed(out: &std::process::Output, size: u64, had: u64) {
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let wire = json["wire_bytes"].as_u64().unwrap();
-    assert!(
-        wire <= size - had + had / 100 + (1 << 20),
-        "resumed with {wire} bytes on the wire where {had} of {size} were there: {json}"
-    );
-}
-
 #[test]
 fn server_killed_mid_pull_exit_10_then_the_pull_resumes() {
     let env = Env::new();

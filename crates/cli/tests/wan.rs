@@ -5,62 +5,13 @@
 mod common;
 
 use std::fs;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::emu::{cp_in_a, serve_in_b};
 use common::*;
 use netem::testing::{require_emulator, unique_name};
 use netem::{Emulator, EmulatorConfig, ADDR_B};
 use netsim::LinkConfig;
-
-struct Remote {
-    child: std::process::Child,
-}
-
-impl Drop for Remote {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve_in_b(emu: &Emulator, env: &Env) -> Remote {
-    let mut child = emu
-        .command_b(HAUL)
-        .args(["serve", "--listen", &format!("{ADDR_B}:7050"), "--root"])
-        .arg(&env.root)
-        .env("HAUL_HOME", &env.server_home)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.contains("listening on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("haul serve listens inside the namespace");
-    Remote { child }
-}
-
-fn cp_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> std::process::Output {
-    let mut c: Command = emu.command_a(HAUL);
-    c.arg("cp")
-        .args(args)
-        .env("HAUL_HOME", &env.home)
-        .stdin(Stdio::null());
-    c.output().unwrap()
-}
 
 #[test]
 fn push_and_pull_across_a_long_lossy_link() {

@@ -157,6 +157,9 @@ pub struct Report {
     pub wire_bytes: u64,
     pub streams: u16,
     pub retransmitted: u64,
+    /// Blocks a pushing sender sent a second time near the end because
+    /// their first copy was slow to be acknowledged (P-13); 0 on a pull.
+    pub endgame_copies: u64,
     pub rtt: Duration,
     pub protection: Protection,
     pub stream_window: u64,
@@ -174,7 +177,8 @@ struct Tail {
 }
 
 impl Tail {
-    fn report(&self, summary: Summary, streams: u16, retransmitted: u64, window: u64) -> Report {
+    fn report(&self, summary: Summary, streams: u16, sent: (u64, u64), window: u64) -> Report {
+        let (retransmitted, endgame_copies) = sent;
         let p = &self.progress;
         let get = Progress::get;
         let udp = (get(&p.udp_payload) > 0).then(|| UdpReport {
@@ -207,6 +211,7 @@ impl Tail {
             wire_bytes: Progress::get(&p.wire_tx) + Progress::get(&p.wire_rx),
             streams,
             retransmitted,
+            endgame_copies,
             rtt: self.rtt,
             protection: self.protection,
             stream_window: window,
@@ -598,6 +603,7 @@ impl Connected {
             rtt: self.rtt,
             workers: datagram::workers(),
             backlog: Vec::new(),
+            silence: self.cfg.tuning.timeout,
         })
     }
 
@@ -684,7 +690,8 @@ impl Connected {
             how,
             &progress,
         )?;
-        Ok(tail.report(r.summary, streams, r.retransmitted, window))
+        let sent = (r.retransmitted, r.endgame_copies);
+        Ok(tail.report(r.summary, streams, sent, window))
     }
 
     /// Fetches `sources` from the server into `sink`.
@@ -737,7 +744,7 @@ impl Connected {
             &opts,
             &progress,
         )?;
-        Ok(tail.report(summary, streams, 0, window))
+        Ok(tail.report(summary, streams, (0, 0), window))
     }
 }
 

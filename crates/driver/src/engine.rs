@@ -504,12 +504,15 @@ fn prepare_blocks(
             return;
         };
         let mut item = (block, hash, codec, buf);
-        // Streams that all failed take nothing more: stop with them.
+        // Streams that all failed take nothing more: stop with them. Nor
+        // do streams of a finished transfer: a block read just before the
+        // last ack (an endgame copy) is not needed any more, and waiting
+        // to queue it kept a finished push from exiting.
         loop {
             match ready.try_send(item) {
                 Ok(()) => break,
                 Err(mpsc::TrySendError::Full(back)) => {
-                    if sh.stopped() {
+                    if sh.stopped() || sh.is_done() {
                         return;
                     }
                     item = back;

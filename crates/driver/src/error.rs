@@ -20,9 +20,13 @@ impl TransferError {
     }
 
     pub fn lost(what: &str, e: &std::io::Error) -> TransferError {
+        let silent = match e.raw_os_error() == Some(libc::ETIMEDOUT) {
+            true => " (the peer was silent past --timeout)",
+            false => "",
+        };
         TransferError::new(
             ErrorCode::ConnectionLost,
-            format!("connection lost while {what}: {e}"),
+            format!("connection lost while {what}: {e}{silent}. What was verified is kept: run the same command again to resume"),
         )
     }
 }

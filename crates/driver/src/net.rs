@@ -76,6 +76,10 @@ pub fn available_cc() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// How long a peer may stay silent before a transfer gives up
+/// (`--timeout`); shorter outages are ridden through.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Per-connection choices.
 #[derive(Debug, Clone)]
 pub struct Tuning {
@@ -83,11 +87,16 @@ pub struct Tuning {
     pub cc: Option<String>,
     /// Force buffers of this size (root only); `None` keeps autotuning.
     pub force_buffer: Option<usize>,
+    /// How long the peer may stay silent: unacknowledged data or
+    /// unanswered keepalives for this long end a TCP connection, no
+    /// datagram for this long ends the UDP channel.
+    pub timeout: Duration,
 }
 
 impl Tuning {
-    /// BBR when offered, forced buffers when permitted.
-    pub fn auto(cc: Option<String>) -> Tuning {
+    /// BBR when offered, forced buffers when permitted, and the given
+    /// silence `timeout`.
+    pub fn auto(cc: Option<String>, timeout: Duration) -> Tuning {
         let cc = cc.or_else(|| {
             available_cc()
                 .iter()
@@ -97,18 +106,22 @@ impl Tuning {
         Tuning {
             cc,
             force_buffer: can_force_buffers().then_some(FORCED_BUFFER),
+            timeout,
         }
     }
 
     pub fn apply(&self, s: &Socket) {
         let _ = s.set_tcp_nodelay(true);
+        // An idle connection is probed after half the timeout; probes or
+        // data unacknowledged for the whole timeout mean the peer is gone
+        // (the user timeout governs both).
+        let second = Duration::from_secs(1);
         let ka = TcpKeepalive::new()
-            .with_time(Duration::from_secs(15))
-            .with_interval(Duration::from_secs(5))
-            .with_retries(6);
+            .with_time((self.timeout / 2).max(second))
+            .with_interval((self.timeout / 8).max(second))
+            .with_retries(8);
         let _ = s.set_tcp_keepalive(&ka);
-        // Unacknowledged data for this long means the peer is gone.
-        let _ = s.set_tcp_user_timeout(Some(Duration::from_secs(60)));
+        let _ = s.set_tcp_user_timeout(Some(self.timeout.max(second)));
         if let Some(cc) = &self.cc {
             if let Err(e) = s.set_tcp_congestion(cc.as_bytes()) {
                 tracing::warn!("congestion control {cc} refused: {e}");

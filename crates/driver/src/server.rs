@@ -559,6 +559,7 @@ impl Server {
                     rtt: est.rtt,
                     workers: datagram::workers(),
                     backlog,
+                    silence: self.cfg.tuning.timeout,
                 })))
             }
             Ok(Some(Msg::Error { code, message })) => Err(TransferError::new(code, message)),

@@ -53,6 +53,9 @@ pub struct Scheduler {
     window: u64,
     /// Smoothed time from handing a block out to its ack.
     latency: Option<Duration>,
+    /// When a block's first copy was last acknowledged: while acks come,
+    /// what is in flight is draining, not stuck.
+    last_ack: Option<Instant>,
     /// Files whose blocks wait for the receiver's answer (P-31): the
     /// cursor stops at the first of them.
     held: HashSet<u32>,
@@ -76,6 +79,7 @@ impl Scheduler {
             latency: None,
             held: HashSet::new(),
             endgame_copies: 0,
+            last_ack: None,
         }
     }
 
@@ -220,10 +224,14 @@ impl Scheduler {
         }
         // Endgame: copy the oldest straggler once.
         let patience = self.endgame_patience();
+        let last_ack = self.last_ack;
         let straggler = self
             .in_flight
             .values_mut()
-            .filter(|f| f.copies == 1 && now.saturating_duration_since(f.sent_at) > patience)
+            .filter(|f| {
+                let waiting_since = last_ack.map_or(f.sent_at, |a| a.max(f.sent_at));
+                f.copies == 1 && now.saturating_duration_since(waiting_since) > patience
+            })
             .min_by_key(|f| f.sent_at);
         if let Some(f) = straggler {
             f.copies += 1;
@@ -233,7 +241,12 @@ impl Scheduler {
         Next::Wait
     }
 
-    /// How long a block may be in flight before the endgame copies it.
+    /// How long a block must wait, with no first copy of any block
+    /// acknowledged meanwhile, before the endgame copies it. A block queued
+    /// behind others in a stream's socket buffer waits its turn while acks
+    /// for the others come; copying it only queued it again elsewhere (a
+    /// resumed 16 MiB file, whose first acks were for small delta
+    /// programs, sent 11 of its blocks twice at 60 ms).
     pub fn endgame_patience(&self) -> Duration {
         let base = self.latency.unwrap_or(Duration::from_secs(1));
         (base * 4).max(Duration::from_millis(200))
@@ -263,6 +276,9 @@ impl Scheduler {
             return;
         };
         self.uncount(&f);
+        if f.copies == 1 {
+            self.last_ack = Some(now);
+        }
         let sample = now.saturating_duration_since(f.sent_at);
         self.latency = Some(match self.latency {
             None => sample,
@@ -390,5 +406,34 @@ mod tests {
         assert_eq!(s.next(late), Next::Wait);
         s.acked(0, 0, late);
         assert_eq!(s.next(late), Next::Done);
+    }
+
+    #[test]
+    fn blocks_queued_behind_others_are_not_stragglers() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // Ten blocks of 100 bytes; the first acks come fast (small delta
+        // programs), then acks drain 100 bytes every 100 ms.
+        let mut s = Scheduler::new(vec![(0, 1000)], 100, 1 << 20);
+        let blocks: Vec<BlockRef> = (0..10)
+            .map(|_| match s.next(t0) {
+                Next::Send(b) => b,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        s.acked(0, 0, t0 + ms(10));
+        s.acked(0, 1, t0 + ms(20));
+        // Acks keep coming every 100 ms: the rest are draining, though
+        // they have waited past the 200 ms the latency alone allows.
+        for b in &blocks[2..9] {
+            let at = t0 + ms(100 * b.index as u64);
+            s.acked(b.file, b.index, at);
+            assert_eq!(s.next(at + ms(50)), Next::Wait, "block {}", b.index);
+        }
+        // Then nothing: the last block is stuck, and is copied once the
+        // acks have stopped for longer than the patience.
+        assert_eq!(s.next(t0 + ms(900)), Next::Wait);
+        let late = t0 + ms(800) + s.endgame_patience() + ms(1);
+        assert_eq!(s.next(late), Next::Send(blocks[9]));
     }
 }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod emu;
 pub mod sshd;
 
 use std::fs;
@@ -131,7 +132,7 @@ impl Env {
 
     /// Runs `haul cp ARGS` as the client.
     pub fn cp(&self, args: &[&str]) -> Output {
-        self.cp_cmd(args).output().expect("run haul cp")
+        output_within(self.cp_cmd(args), CP_LIMIT)
     }
 
     pub fn cp_cmd(&self, args: &[&str]) -> Command {
@@ -280,4 +281,74 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// Bytes of `partial` that already equal `source`, counted in whole
+/// 256 KiB pieces: what an interrupted transfer delivered.
+pub fn delivered(partial: &Path, source: &[u8]) -> u64 {
+    let got = fs::read(partial).unwrap();
+    got.chunks(256 << 10)
+        .zip(source.chunks(256 << 10))
+        .filter(|(a, b)| a == b)
+        .map(|(a, _)| a.len() as u64)
+        .sum()
+}
+
+/// The resumed run (`--json`) re-sent at most 1% of the `had` bytes the
+/// first run delivered, plus one 256 KiB chunk (the largest) where a chunk
+/// straddles an edge of what was delivered (P-35), and moved little else
+/// besides what was missing.
+pub fn assert_resumed(out: &Output, size: u64, had: u64) {
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reused = json["saved_dedup_bytes"].as_u64().unwrap();
+    assert!(
+        reused + had / 100 + (256 << 10) >= had,
+        "resumed reusing {reused} of the {had} bytes delivered: {json}"
+    );
+    let wire = json["wire_bytes"].as_u64().unwrap();
+    assert!(
+        wire <= size - reused + size / 50 + (1 << 20),
+        "resumed with {wire} bytes on the wire where {reused} of {size} were reused: {json}"
+    );
+}
+
+/// The longest any one `haul cp` of the tests may run.
+pub const CP_LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs `c` to completion like `Command::output`, but kills it and fails
+/// the test if it runs past `limit`: a hung transfer must not hang CI.
+pub fn output_within(mut c: Command, limit: Duration) -> Output {
+    use std::io::Read;
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for the command") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+            panic!("{c:?} ran past {limit:?} and was killed; it said: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
 }

@@ -17,9 +17,6 @@ use wire::datagram::{
 };
 use wire::TAG_LEN;
 
-/// How long the channel may stay silent before the transfer is given up.
-pub const SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// A ready UDP channel, its keys and what set-up learned.
 pub struct UdpLink {
     pub channel: UdpChannel,
@@ -32,6 +29,10 @@ pub struct UdpLink {
     pub workers: usize,
     /// Sealed datagrams that arrived during set-up, to be handled first.
     pub backlog: Vec<Vec<u8>>,
+    /// How long the channel may stay silent (`--timeout`) before the
+    /// transfer is given up. Both ends send at least every quarter
+    /// second while it runs.
+    pub silence: Duration,
 }
 
 /// The keys one side uses: it seals with its own direction's key and opens

@@ -14,7 +14,7 @@ use udp::RecvBatch;
 use wire::datagram::{Signal, DATA_SEQ_START};
 use wire::{BlockHeader, ErrorCode};
 
-use super::{open, seal_signal, Opened, UdpLink, SILENCE_TIMEOUT};
+use super::{open, seal_signal, Opened, UdpLink};
 use crate::engine::Receiving;
 use crate::error::TransferError;
 use crate::progress::Progress;
@@ -155,12 +155,12 @@ fn receive(
                 }
             }
         }
-        if last_heard.elapsed() > SILENCE_TIMEOUT {
+        if last_heard.elapsed() > link.silence {
             return Err(TransferError::new(
                 ErrorCode::ConnectionLost,
                 format!(
-                    "no datagrams from the sender for {}s; the path stopped carrying UDP",
-                    SILENCE_TIMEOUT.as_secs()
+                    "no datagrams from the sender for {}s (--timeout); the path stopped carrying UDP. What was verified is kept: run the same command again to resume",
+                    link.silence.as_secs_f64()
                 ),
             ));
         }

@@ -17,7 +17,7 @@ use udp::RecvBatch;
 use wire::datagram::{FirstChunk, Signal};
 use wire::ErrorCode;
 
-use super::{open, seal_chunk, seal_signal, Opened, UdpLink, SILENCE_TIMEOUT};
+use super::{open, seal_chunk, seal_signal, Opened, UdpLink};
 use crate::engine::{read_next_block, Shared};
 use crate::error::TransferError;
 use crate::progress::Progress;
@@ -125,12 +125,12 @@ fn pump(
             &mut last_report,
         );
         tx.on_tick(now);
-        if last_report.elapsed() > SILENCE_TIMEOUT {
+        if last_report.elapsed() > link.silence {
             return Err(TransferError::new(
                 ErrorCode::ConnectionLost,
                 format!(
-                    "no reports from the receiver over UDP for {}s; the path stopped carrying datagrams",
-                    SILENCE_TIMEOUT.as_secs()
+                    "no reports from the receiver over UDP for {}s (--timeout); the path stopped carrying datagrams. What was verified is kept: run the same command again to resume",
+                    link.silence.as_secs_f64()
                 ),
             ));
         }

@@ -1,0 +1,63 @@
+//! haul across the emulator: a server in namespace b, the client in a.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use netem::{Emulator, ADDR_B};
+
+use super::{output_within, Env, CP_LIMIT, HAUL};
+
+pub struct Remote {
+    child: std::process::Child,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn serve_in_b(emu: &Emulator, env: &Env) -> Remote {
+    serve_in_b_with(emu, env, &[])
+}
+
+/// `haul serve` in namespace b with more options.
+pub fn serve_in_b_with(emu: &Emulator, env: &Env, extra: &[&str]) -> Remote {
+    let mut child = emu
+        .command_b(HAUL)
+        .args(["serve", "--listen", &format!("{ADDR_B}:7050"), "--root"])
+        .arg(&env.root)
+        .args(extra)
+        .env("HAUL_HOME", &env.server_home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("haul serve listens inside the namespace");
+    Remote { child }
+}
+
+pub fn cp_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> std::process::Output {
+    let mut c: Command = emu.command_a(HAUL);
+    c.arg("cp")
+        .args(args)
+        .env("HAUL_HOME", &env.home)
+        .stdin(Stdio::null());
+    output_within(c, CP_LIMIT)
+}
