@@ -140,7 +140,17 @@ fn local_destination(dest: &str, many: bool, contents: bool) -> Result<Destinati
 pub fn run(a: CpArgs) -> i32 {
     init_logging(a.common.verbose);
     let json = a.json;
-    match transfer(a) {
+    // A source that changed while it was read fails the transfer before
+    // any of its mixed bytes are placed; once more resumes from what
+    // arrived and sends what changed. A second change is an error.
+    let mut result = transfer(&a);
+    if let Err(e) = &result {
+        if e.message.contains(store::source::CHANGED) {
+            eprintln!("haul: {}; sending it once more", e.message);
+            result = transfer(&a);
+        }
+    }
+    match result {
         Ok((line, text)) => {
             if json {
                 println!("{line}");
@@ -160,7 +170,7 @@ pub fn run(a: CpArgs) -> i32 {
     }
 }
 
-fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
+fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
     let plan = plan(&a.paths)?;
     if let Some(cc) = &a.cc {
         let offered = driver::net::available_cc();
@@ -173,7 +183,7 @@ fn transfer(a: CpArgs) -> Result<(String, Option<String>), TransferError> {
     }
     let peer = plan.peer().clone();
     let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
-    let ssh = use_ssh(&a, &peer, &known_hosts)?;
+    let ssh = use_ssh(a, &peer, &known_hosts)?;
     if a.delete && !a.recursive {
         return Err(usage(
             "--delete removes files from directories, so it needs -r (or haul sync)",

@@ -452,3 +452,72 @@ fn client_killed_mid_push_leaves_nothing_under_the_final_name_then_resumes() {
     assert!(temporaries(&env.root).is_empty());
     assert_resumed(&out, data.len() as u64, had);
 }
+
+/// Overwrites 4 KiB in the middle of `path` in place: its size stays, its
+/// modification time moves.
+fn scribble(path: &Path, seed: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&[seed; 4096], 12 << 20).unwrap();
+}
+
+#[test]
+fn a_source_changed_while_sent_is_sent_once_more_and_a_restless_one_refused() {
+    let env = Env::new();
+    let server = env.serve();
+    let src = env.local.join("live");
+    write_file(&src, &random_bytes(24 << 20, 31));
+    let push = |name: &str| {
+        env.cp_cmd(&[
+            "--rate",
+            "80M",
+            "--block-size",
+            "256K",
+            src.to_str().unwrap(),
+            &env.remote(&server, name),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    // Changed once, mid-transfer: the second attempt sends the new version.
+    let child = push("once");
+    std::thread::sleep(Duration::from_millis(800));
+    scribble(&src, 1);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("changed while it was being sent"), "{err}");
+    assert!(err.contains("once more"), "{err}");
+    assert!(fs::read(env.root.join("once")).unwrap() == fs::read(&src).unwrap());
+
+    // Changed all the time: both attempts fail, and nothing is placed.
+    let child = push("restless");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, src) = (stop.clone(), src.clone());
+        std::thread::spawn(move || {
+            let mut n = 2u8;
+            for _ in 0..200 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                scribble(&src, n);
+                n = n.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let out = child.wait_with_output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(
+        err.matches("changed while it was being sent").count(),
+        2,
+        "{err}"
+    );
+    assert!(!env.root.join("restless").exists());
+}

@@ -663,7 +663,7 @@ impl Connected {
             streams,
             false,
         )?;
-        let sources = Sources::new(walked.paths);
+        let sources = Sources::new(walked.paths).stamped(&walked.entries);
         let (path, streams, window_bytes) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;

@@ -337,8 +337,8 @@ impl Server {
                 } else {
                     SEND_WINDOW
                 };
+                let sources = Sources::new(walked.paths).stamped(&walked.entries);
                 let mut session = SenderSession::new(walked.entries, req.block_size, window);
-                let sources = Sources::new(walked.paths);
                 if req.sync.gated {
                     let gated = crate::dedup::gate_sender(
                         &mut session,

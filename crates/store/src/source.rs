@@ -1,18 +1,29 @@
 //! Reads blocks of source files by entry id, keeping recently used files
-//! open so a large file is opened once, not once per block.
+//! open so a large file is opened once, not once per block, and checks
+//! after each read that the file is still the one the manifest listed.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+use wire::{Entry, EntryKind};
 
 use crate::error::{StoreError, StoreErrorKind};
 
 const MAX_OPEN: usize = 64;
 
+/// What an error says when a source changed while it was being sent; the
+/// client tries such a transfer once more (it resumes from what arrived).
+pub const CHANGED: &str = "changed while it was being sent";
+
+/// A file's size and modification time, as the manifest listed them.
+type Stamp = (u64, i64, u32);
+
 pub struct Sources {
     paths: Vec<PathBuf>,
+    stamps: HashMap<u32, Stamp>,
     open: Mutex<HashMap<u32, Arc<File>>>,
 }
 
@@ -21,8 +32,28 @@ impl Sources {
     pub fn new(paths: Vec<PathBuf>) -> Sources {
         Sources {
             paths,
+            stamps: HashMap::new(),
             open: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Checks every read of the files among `entries` against the size and
+    /// modification time they were listed with: a write to a file while it
+    /// is read moves its time, so a block read after one is never sent
+    /// beside blocks read before it, as tar's "file changed as we read it".
+    pub fn stamped(mut self, entries: &[Entry]) -> Sources {
+        for e in entries {
+            if let EntryKind::File {
+                size,
+                mtime,
+                mtime_nsec,
+                ..
+            } = e.kind
+            {
+                self.stamps.insert(e.id, (size, mtime, mtime_nsec));
+            }
+        }
+        self
     }
 
     pub fn path(&self, id: u32) -> Option<&PathBuf> {
@@ -49,7 +80,23 @@ impl Sources {
     /// was listed is an error, never a short block.
     pub fn read_block(&self, id: u32, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         let f = self.file(id)?;
-        f.read_exact_at(buf, offset).map_err(|e| {
+        let read = f.read_exact_at(buf, offset);
+        if let Some(&(size, secs, nsec)) = self.stamps.get(&id) {
+            let now = f
+                .metadata()
+                .map(|m| (m.size(), m.mtime(), m.mtime_nsec() as u32));
+            if now.is_ok_and(|n| n != (size, secs, nsec)) {
+                let path = self.path(id).cloned().unwrap_or_default();
+                return Err(StoreError::new(
+                    StoreErrorKind::Other,
+                    format!(
+                        "source file {} {CHANGED} (its size or modification time moved)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        read.map_err(|e| {
             let path = self.path(id).cloned().unwrap_or_default();
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 StoreError::new(
