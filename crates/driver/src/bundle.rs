@@ -14,7 +14,8 @@ use store::Sources;
 use wire::bundle::{self, Member, MAX_MEMBERS};
 use wire::{BlockHeader, CODEC_BUNDLE, CODEC_NONE};
 
-use crate::engine::{read_block, Read, Receiving, Shared};
+use crate::engine::{Receiving, Shared};
+use crate::send_blocks::{read_block, Read};
 
 /// Largest file that goes in a bundle: any that fits (only files of one
 /// block are whole files, P-33).

@@ -6,6 +6,8 @@
 //! - [`handshake`]: runs the sans-IO Noise handshake over a connection.
 //! - [`control_gap`]: how often a control writer writes, so small
 //!   messages merge instead of spending a slow-starting window's packets.
+//! - `send_blocks`: the sender's block path, from the session's next block
+//!   to a sealed frame on a data stream.
 //! - [`engine`]: the transfer loops shared by client and server: one thread
 //!   per data stream, control reader and writer, and a finalizer.
 //! - [`datagram`]: the UDP data channel's set-up, paced sender and
@@ -28,6 +30,7 @@ pub mod join;
 pub mod net;
 pub mod ports;
 pub mod progress;
+pub(crate) mod send_blocks;
 pub mod server;
 pub mod ssh;
 

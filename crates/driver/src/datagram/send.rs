@@ -18,9 +18,10 @@ use wire::datagram::{FirstChunk, Signal};
 use wire::ErrorCode;
 
 use super::{open, seal_chunk, seal_signal, Opened, UdpLink};
-use crate::engine::{read_next_block, Shared};
+use crate::engine::Shared;
 use crate::error::TransferError;
 use crate::progress::Progress;
+use crate::send_blocks::read_next_block;
 
 /// First rate tried: 100 Mbit/s, doubled every round trip from there. A
 /// slower path sees one round trip of overshoot, which the in-flight cap
