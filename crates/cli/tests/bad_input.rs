@@ -521,3 +521,85 @@ fn a_source_changed_while_sent_is_sent_once_more_and_a_restless_one_refused() {
     );
     assert!(!env.root.join("restless").exists());
 }
+
+#[test]
+fn a_disk_that_fills_midway_exit_9_keeps_the_partial_and_places_nothing() {
+    if !require_root("the disk-full test (mounts a 3 MiB tmpfs)") {
+        return;
+    }
+    let env = Env::new();
+    let small = env.root.join("small");
+    fs::create_dir(&small).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m", "haul-test"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs");
+    let _m = Mount(small.clone());
+    let server = env.serve();
+    // Each file fits alone, so both pass the check made when they are
+    // opened; together they do not, so a write fails partway.
+    let dir = env.local.join("two");
+    fs::create_dir(&dir).unwrap();
+    write_file(&dir.join("a"), &random_bytes(2 << 20, 41));
+    write_file(&dir.join("b"), &random_bytes(2 << 20, 42));
+    let err = fails(
+        &env.cp(&[
+            "-r",
+            "--block-size",
+            "256K",
+            "--compress",
+            "none",
+            dir.to_str().unwrap(),
+            &env.remote(&server, "small"),
+        ]),
+        9,
+    );
+    assert!(err.contains("No space left"), "{err}");
+    for name in ["a", "b"] {
+        let placed = small.join("two").join(name);
+        assert!(
+            !placed.exists() || fs::read(&placed).unwrap() == fs::read(dir.join(name)).unwrap(),
+            "{name}: a partial file under its final name"
+        );
+    }
+    // What was verified stays for a resume, under the resumable names.
+    assert!(
+        wait_until(Duration::from_secs(5), || temporaries(&small)
+            .iter()
+            .all(|p| p.to_string_lossy().ends_with(".haul.part"))),
+        "{:?}",
+        temporaries(&small)
+    );
+}
+
+#[test]
+fn past_max_sessions_a_client_is_told_the_server_is_busy() {
+    let env = Env::new();
+    let server = env.serve_with(&["--max-sessions", "1"]);
+    write_file(&env.root.join("big"), &random_bytes(16 << 20, 51));
+    // One slow pull holds the only session.
+    let mut first = env
+        .cp_cmd(&[
+            "--rate",
+            "20M",
+            &env.remote(&server, "big"),
+            env.local.join("first").to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let out = env.cp(&[
+        &env.remote(&server, "big"),
+        env.local.join("second").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second session was let in");
+    assert!(err.contains("busy"), "{err}");
+    assert!(!env.local.join("second").exists());
+    let _ = first.kill();
+    let _ = first.wait();
+}
