@@ -312,6 +312,19 @@ impl Drop for Mount {
     }
 }
 
+/// A tmpfs of `size` (as mount takes it: "2m") at `dir`, created, and
+/// unmounted when the guard drops.
+fn small_tmpfs(dir: &Path, size: &str) -> Mount {
+    fs::create_dir(dir).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "haul-test"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs");
+    Mount(dir.to_path_buf())
+}
+
 #[test]
 fn disk_full_exit_9_and_nothing_left() {
     if !require_root("the disk-full test (mounts a 2 MiB tmpfs)") {
@@ -319,14 +332,7 @@ fn disk_full_exit_9_and_nothing_left() {
     }
     let env = Env::new();
     let small = env.root.join("small");
-    fs::create_dir(&small).unwrap();
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2m", "haul-test"])
-        .arg(&small)
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount tmpfs");
-    let _m = Mount(small.clone());
+    let _m = small_tmpfs(&small, "2m");
     let server = env.serve();
     let src = env.local.join("big");
     write_file(&src, &random_bytes(8 << 20, 3));
@@ -529,14 +535,7 @@ fn a_disk_that_fills_midway_exit_9_keeps_the_partial_and_places_nothing() {
     }
     let env = Env::new();
     let small = env.root.join("small");
-    fs::create_dir(&small).unwrap();
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=3m", "haul-test"])
-        .arg(&small)
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount tmpfs");
-    let _m = Mount(small.clone());
+    let _m = small_tmpfs(&small, "3m");
     let server = env.serve();
     // Each file fits alone, so both pass the check made when they are
     // opened; together they do not, so a write fails partway.
