@@ -5,8 +5,9 @@
 //! [`crate::partial`]), preallocated (on tmpfs: checked against the free
 //! space) so a full disk is found early, and renamed into place only after
 //! the session says it is verified and after its data is synced: nothing
-//! incomplete or unverified ever sits under a final name. Directory modes and times are applied last, deepest first,
-//! so a read-only directory can still be filled.
+//! incomplete or unverified ever sits under a final name. Directory modes
+//! and times are applied last, deepest first, so a read-only directory can
+//! still be filled.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -154,7 +155,9 @@ fn reserve(file: &File, size: u64) -> std::io::Result<()> {
         let mut fs: libc::statfs = std::mem::zeroed();
         if libc::fstatfs(file.as_raw_fd(), &mut fs) == 0 && fs.f_type == libc::TMPFS_MAGIC {
             let free = (fs.f_bavail as u64).saturating_mul(fs.f_bsize as u64);
-            if size > free {
+            // A resumed partial already holds some of its pages.
+            let held = file.metadata().map_or(0, |m| m.blocks() * 512);
+            if size.saturating_sub(held) > free {
                 return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
             }
             // The size, as fallocate would have set it: a file whose every
