@@ -150,6 +150,9 @@ pub struct Json<'a> {
     /// File bytes the receiver copied from what it already held (its old
     /// version of the file, or --basis) instead of receiving them.
     pub saved_dedup_bytes: u64,
+    /// File bytes that a partial left by an interrupted transfer already
+    /// held, verified, and were not sent again (resume).
+    pub resumed_bytes: u64,
     /// Files (and their bytes) already in place, not sent (--update).
     pub skipped_files: u64,
     pub skipped_bytes: u64,
@@ -204,6 +207,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         saved_zero_bytes: r.zero_bytes,
         saved_compression_bytes: r.compress_saved,
         saved_dedup_bytes: r.dedup_saved,
+        resumed_bytes: r.resumed,
         skipped_files: r.skipped_files,
         skipped_bytes: r.skipped_bytes,
         dry_run: r.dry_run,
@@ -321,6 +325,9 @@ fn summary_text(r: &Report) -> String {
     }
     if r.dedup_saved > 0 {
         zeros += &format!(", {} already at the receiver (dedup)", bytes(r.dedup_saved));
+    }
+    if r.resumed > 0 {
+        zeros += &format!(", {} resumed from a partial", bytes(r.resumed));
     }
     if r.skipped_files > 0 {
         zeros += &format!(

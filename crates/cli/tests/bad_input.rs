@@ -389,7 +389,8 @@ fn server_killed_mid_pull_exit_10_then_the_pull_resumes() {
     assert!(err.contains("connection"), "{err}");
     assert!(!dst.exists(), "partial file under its final name");
     let partial = env.local.join(".big.haul.part");
-    assert_eq!(temporaries(&env.local), vec![partial.clone()]);
+    let journal = env.local.join(".big.haul.journal");
+    assert_eq!(temporaries(&env.local), vec![journal, partial.clone()]);
     let had = delivered(&partial, &data);
     assert!(had > 0, "the first run delivered nothing before the kill");
 
@@ -438,7 +439,8 @@ fn client_killed_mid_push_leaves_nothing_under_the_final_name_then_resumes() {
         )),
         "the server still holds {partial:?}"
     );
-    assert_eq!(temporaries(&env.root), vec![partial.clone()]);
+    let journal = env.root.join(".big.haul.journal");
+    assert_eq!(temporaries(&env.root), vec![journal, partial.clone()]);
     assert!(!Path::new(&env.root.join("big")).exists());
     let had = delivered(&partial, &data);
     assert!(had > 0, "the first run delivered nothing before the kill");
@@ -565,9 +567,12 @@ fn a_disk_that_fills_midway_exit_9_keeps_the_partial_and_places_nothing() {
     }
     // What was verified stays for a resume, under the resumable names.
     assert!(
-        wait_until(Duration::from_secs(5), || temporaries(&small)
-            .iter()
-            .all(|p| p.to_string_lossy().ends_with(".haul.part"))),
+        wait_until(Duration::from_secs(5), || temporaries(&small).iter().all(
+            |p| {
+                let p = p.to_string_lossy();
+                p.ends_with(".haul.part") || p.ends_with(".haul.journal")
+            }
+        )),
         "{:?}",
         temporaries(&small)
     );

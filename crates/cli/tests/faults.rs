@@ -131,7 +131,17 @@ fn round(seed: u64) {
     };
     let dst = if push { env.remote(&server, "f") } else { dst };
     let src = if push { src } else { env.remote(&server, "f") };
-    let out = env.cp(&["--json", "--transport", transport, &src, &dst]);
+    // The same command, without the cap (the block size stays, so the
+    // journal applies, P-35).
+    let out = env.cp(&[
+        "--json",
+        "--block-size",
+        "256K",
+        "--transport",
+        transport,
+        &src,
+        &dst,
+    ]);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{what}: the re-run failed: {said}");
     assert!(

@@ -141,6 +141,8 @@ pub struct Report {
     pub compress_saved: u64,
     /// File bytes the receiver copied from what it held (P-31).
     pub dedup_saved: u64,
+    /// File bytes a partial already held, not sent again (P-35).
+    pub resumed: u64,
     /// Files found already in place and not sent (P-32), and their bytes.
     pub skipped_files: u64,
     pub skipped_bytes: u64,
@@ -199,6 +201,7 @@ impl Tail {
             zero_bytes: get(&p.zero_bytes),
             compress_saved: get(&p.compressed_in).saturating_sub(get(&p.compressed_out)),
             dedup_saved: get(&p.dedup_bytes),
+            resumed: get(&p.resumed_bytes),
             skipped_files: get(&p.skipped_files),
             skipped_bytes: get(&p.skipped_bytes),
             dry_run: self.dry_run,

@@ -164,17 +164,38 @@ impl Receiving<'_, '_> {
         // What an interrupted transfer of this file left (P-35) is the
         // likelier match: it is this source, where the file in place may
         // be an older version. The file is written into it in place.
+        let partial = match (&self.opts.basis, self.opts.sync.dedup) {
+            (None, true) => self.sink.partial_of(&q.path)?,
+            _ => None,
+        };
         let basis_path = match &self.opts.basis {
             Some(b) => Some(b.clone()),
-            None if self.opts.sync.dedup => {
-                self.sink.partial_of(&q.path)?.or(existing.map(|(p, _)| p))
-            }
+            None if self.opts.sync.dedup => partial.clone().or(existing.map(|(p, _)| p)),
             None => None,
         };
         // The basis is opened before the new file replaces it; the open
         // file stays readable whatever happens to its name.
         let basis = basis_path.and_then(|p| File::open(&p).ok().map(|f| (p, f)));
-        self.sink.open_file(q.id, &q.path, q.size)?;
+        let stamp = store::Stamp {
+            block_size: self.block_size,
+            size: q.size,
+            mtime: q.mtime.0,
+            mtime_nsec: q.mtime.1,
+        };
+        self.sink.open_file(q.id, &q.path, &stamp)?;
+        // A partial whose journal is of this very source resumes block by
+        // block; otherwise it is a basis like any other (P-35).
+        let held = match partial.is_some() {
+            true => self.sink.held_blocks(q.id).unwrap_or_else(|e| {
+                tracing::warn!("resuming by content instead: {e}");
+                Vec::new()
+            }),
+            false => Vec::new(),
+        };
+        let basis = basis.filter(|_| held.is_empty());
+        if !held.is_empty() {
+            tracing::debug!("resuming file {} from {} held blocks", q.id, held.len());
+        }
         let ids = match basis {
             Some((p, f)) => {
                 let t0 = Instant::now();
@@ -198,6 +219,7 @@ impl Receiving<'_, '_> {
         let actions = {
             let mut st = self.sh.lock();
             st.opened(q.id)?;
+            st.hold(q.id, held);
             st.ready(q.id, ids);
             Self::drain(&mut st)
         };

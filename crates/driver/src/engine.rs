@@ -552,7 +552,13 @@ impl Receiving<'_, '_> {
                             });
                             continue;
                         }
-                        self.sink.open_file(id, &path, size)?;
+                        let stamp = store::Stamp {
+                            block_size: self.block_size,
+                            size,
+                            mtime,
+                            mtime_nsec,
+                        };
+                        self.sink.open_file(id, &path, &stamp)?;
                         let mut st = self.sh.lock();
                         st.opened(id)?;
                         more.extend(Self::drain(&mut st));
@@ -614,6 +620,8 @@ impl Receiving<'_, '_> {
                             self.sh.fail(e.into(), !remote);
                             return;
                         }
+                        let kept = &self.sh.progress.resumed_bytes;
+                        kept.store(st.bytes_kept, std::sync::atomic::Ordering::Relaxed);
                         self.report(&st);
                         Self::drain(&mut st)
                     };
@@ -770,6 +778,7 @@ impl Receiving<'_, '_> {
             self.sh.fail(e.into(), true);
             return None;
         }
+        self.sink.record(h.file, h.index, &hash);
         let actions = {
             let mut st = self.sh.lock();
             if let Err(e) = st.block_written(h.file, h.index) {

@@ -56,6 +56,9 @@ pub struct Progress {
     /// File bytes the receiver copied from what it already held instead
     /// of receiving them (P-31).
     pub dedup_bytes: AtomicU64,
+    /// File bytes a partial left by an interrupted transfer already held,
+    /// verified, and that were not sent again (P-35).
+    pub resumed_bytes: AtomicU64,
     /// Files found already in place and not sent (P-32), and their bytes.
     pub skipped_files: AtomicU64,
     pub skipped_bytes: AtomicU64,

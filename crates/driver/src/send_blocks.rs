@@ -18,8 +18,9 @@ use crate::progress::Progress;
 
 /// A block read and recorded by [`read_block`].
 pub(crate) enum Read {
-    /// All zeros: announced (P-29), not to be sent.
-    Zero,
+    /// All zeros (P-29), or held by the receiver already (P-35):
+    /// announced, not to be sent.
+    Announced,
     /// Its hash, and its delta parts if it is to go as a program (P-31).
     Data([u8; 32], Option<(Vec<chunk::Part>, u32)>),
 }
@@ -46,24 +47,33 @@ pub(crate) fn read_block(
     } else {
         block_hash(&buf[at..])
     };
-    let parts = {
+    let (parts, kept) = {
         let mut st = sh.lock();
         if let Err(e) = st.block_read(block, hash) {
             drop(st);
             sh.fail(e.into(), true);
             return None;
         }
-        if zero {
+        // What a resumed partial holds is kept (P-35): even zeros, which
+        // the receiver then need not punch again.
+        if st.receiver_holds(block, &hash) {
+            st.block_kept(block);
+            (None, true)
+        } else if zero {
             st.block_zero(block);
-            None
+            (None, false)
         } else {
-            st.block_parts(block)
+            (st.block_parts(block), false)
         }
     };
     sh.cv.notify_all();
+    if kept {
+        Progress::add(&sh.progress.resumed_bytes, block.len as u64);
+        return Some(Read::Announced);
+    }
     if zero {
         Progress::add(&sh.progress.zero_bytes, block.len as u64);
-        return Some(Read::Zero);
+        return Some(Read::Announced);
     }
     Some(Read::Data(hash, parts))
 }

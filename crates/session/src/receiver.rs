@@ -103,6 +103,8 @@ struct RecvFile {
     skipped: bool,
     /// The sender's whole-file digest, sent ahead under `--checksum`.
     source_digest: Option<[u8; 32]>,
+    /// Blocks a partial already holds, announced in `Have` (P-35).
+    held: HashMap<u32, [u8; 32]>,
 }
 
 pub struct ReceiverSession {
@@ -136,6 +138,8 @@ pub struct ReceiverSession {
     pub bad_blocks: u64,
     /// Bytes of blocks verified and stored so far.
     pub bytes_stored: u64,
+    /// Of those, bytes a partial already held, that the sender kept (P-35).
+    pub bytes_kept: u64,
     /// Announced total of file bytes, once the manifest is complete.
     pub bytes_expected: Option<u64>,
 }
@@ -169,6 +173,7 @@ impl ReceiverSession {
             bytes_skipped: 0,
             bad_blocks: 0,
             bytes_stored: 0,
+            bytes_kept: 0,
             bytes_expected: None,
         }
     }
@@ -239,6 +244,57 @@ impl ReceiverSession {
                 self.check_finished();
             }
         }
+    }
+
+    /// Before `file`'s answer: blocks its partial already holds, verified
+    /// against its journal, with their hashes (P-35). The sender keeps
+    /// those whose hash it shares, and says so with `Kept`.
+    pub fn hold(&mut self, file: u32, held: Vec<(u32, [u8; 32])>) {
+        let Some(f) = self.files.get_mut(&file) else {
+            return;
+        };
+        let blocks = f.slots.len();
+        let held: Vec<_> = held
+            .into_iter()
+            .filter(|(i, _)| (*i as usize) < blocks)
+            .collect();
+        f.held.extend(held.iter().copied());
+        for part in held.chunks(wire::HAVE_PER_MESSAGE) {
+            self.outbox.push_back(Msg::Have {
+                file,
+                blocks: part.to_vec(),
+            });
+        }
+    }
+
+    /// The sender kept these blocks as the receiver holds them: each is
+    /// stored, with the hash the receiver verified, and acknowledged.
+    fn kept(&mut self, list: Vec<(u32, u32)>) -> Result<(), ReceiverError> {
+        for (file, index) in list {
+            let bs = self.block_size;
+            let f = self.files.get_mut(&file);
+            let Some((f, hash)) = f.and_then(|f| f.held.get(&index).copied().map(|h| (f, h)))
+            else {
+                return Err(ReceiverError::Protocol(format!(
+                    "kept block {index} of file {file}, which this side does not hold"
+                )));
+            };
+            match f.slots[index as usize] {
+                Slot::Missing => {
+                    f.slots[index as usize] = Slot::Stored;
+                    f.hashes[index as usize] = hash;
+                    f.stored += 1;
+                    let len = block_len(f.size, bs, index as u64) as u64;
+                    self.bytes_stored += len;
+                    self.bytes_kept += len;
+                    self.acks.push((file, index));
+                }
+                Slot::Stored => self.acks.push((file, index)),
+                Slot::Writing => {}
+            }
+            self.check_file(file)?;
+        }
+        Ok(())
     }
 
     /// Answers `file`: it is already in place, send nothing (P-32). Only
@@ -363,6 +419,7 @@ impl ReceiverSession {
                                 placed: false,
                                 skipped: false,
                                 source_digest: None,
+                                held: HashMap::new(),
                             },
                         );
                     }
@@ -412,6 +469,7 @@ impl ReceiverSession {
                 f.digest = Some(digest);
                 self.check_file(file)?;
             }
+            Msg::Kept(list) => self.kept(list)?,
             Msg::Error { code, message } => return Err(ReceiverError::Remote { code, message }),
             other => {
                 return Err(ReceiverError::Protocol(format!(

@@ -276,6 +276,13 @@ impl Scheduler {
             return;
         };
         self.uncount(&f);
+        // An announced block (zeros, or kept on resume) never took the
+        // data path: its quick ack says nothing of how fast that drains (a
+        // resume whose kept blocks were acked in one round trip copied
+        // every block it then sent).
+        if !f.counted {
+            return;
+        }
         if f.copies == 1 {
             self.last_ack = Some(now);
         }
@@ -406,6 +413,27 @@ mod tests {
         assert_eq!(s.next(late), Next::Wait);
         s.acked(0, 0, late);
         assert_eq!(s.next(late), Next::Done);
+    }
+
+    #[test]
+    fn announced_blocks_say_nothing_of_the_data_path() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Scheduler::new(vec![(0, 4 << 20)], 1 << 20, 64 << 20);
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            let Next::Send(b) = s.next(t0) else { panic!() };
+            out.push(b);
+        }
+        // Blocks 0 and 1 are kept (announced) and acked in one round trip.
+        s.announced(0, 0);
+        s.announced(0, 1);
+        s.acked(0, 0, ms(60));
+        s.acked(0, 1, ms(60));
+        // Blocks 2 and 3 are still on their way through slow start: no
+        // copies at 400 ms, as there would be if 60 ms were the latency.
+        assert_eq!(s.next(ms(400)), Next::Wait);
+        assert_eq!(s.endgame_copies, 0);
     }
 
     #[test]

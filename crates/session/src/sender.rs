@@ -77,6 +77,11 @@ pub struct SenderSession {
     chunked: HashMap<u32, Vec<ChunkRef>>,
     /// Each planned file's delta plan.
     plans: HashMap<u32, Arc<Plan>>,
+    /// Blocks the receiver's partials already hold, and their hashes
+    /// (P-35), by file and index.
+    held: HashMap<u32, HashMap<u32, [u8; 32]>>,
+    /// File bytes the receiver already held, not sent again (P-35).
+    pub kept_bytes: u64,
     /// Files the receiver already holds (P-32), and their bytes.
     pub skipped_files: u64,
     pub skipped_bytes: u64,
@@ -148,6 +153,8 @@ impl SenderSession {
             answered: HashSet::new(),
             chunked: HashMap::new(),
             plans: HashMap::new(),
+            held: HashMap::new(),
+            kept_bytes: 0,
             skipped_files: 0,
             skipped_bytes: 0,
             dry_run: false,
@@ -361,6 +368,30 @@ impl SenderSession {
         Ok(())
     }
 
+    /// Whether the receiver said it holds `block` with this hash (P-35):
+    /// then [`SenderSession::block_kept`] rather than sending it. Not for a
+    /// block it rejected since.
+    pub fn receiver_holds(&self, block: &BlockRef, hash: &[u8; 32]) -> bool {
+        !self.nacks.contains_key(&(block.file, block.index))
+            && self.held.get(&block.file).and_then(|h| h.get(&block.index)) == Some(hash)
+    }
+
+    /// `block`, read and hashed, is as the receiver holds it: announced
+    /// with `Kept` (batched like `Zeros`), not sent.
+    pub fn block_kept(&mut self, block: &BlockRef) {
+        const BATCH: usize = 1024;
+        self.sched.announced(block.file, block.index);
+        self.kept_bytes += block.len as u64;
+        if let Some(Msg::Kept(list)) = self.outbox.back_mut() {
+            if list.len() < BATCH {
+                list.push((block.file, block.index));
+                return;
+            }
+        }
+        self.outbox
+            .push_back(Msg::Kept(vec![(block.file, block.index)]));
+    }
+
     /// A stream read `block` (after [`SenderSession::block_read`]) and found
     /// only zeros: it is announced on the control connection instead of
     /// being sent (P-29). Announcements are batched into one `Zeros`
@@ -451,6 +482,7 @@ impl SenderSession {
                     self.files_done += 1;
                 }
                 self.plans.remove(&file);
+                self.held.remove(&file);
             }
             Msg::Chunks { file, chunks } if self.gated => {
                 if file == wire::CACHE_FILE {
@@ -466,6 +498,21 @@ impl SenderSession {
                         "chunks for file {file}, which is not waiting for them"
                     )));
                 }
+            }
+            Msg::Have { file, blocks } if self.gated => {
+                let n = self.files.get(&file).map(|f| f.acked.len());
+                let waiting = self.sched.is_held(file) && !self.answered.contains(&file);
+                let Some(n) = n.filter(|_| waiting) else {
+                    return Err(SenderError::Protocol(format!(
+                        "held blocks of file {file}, which is not waiting for them"
+                    )));
+                };
+                if let Some((i, _)) = blocks.iter().find(|(i, _)| *i as usize >= n) {
+                    return Err(SenderError::Protocol(format!(
+                        "held block {i} of file {file}, past its {n} blocks"
+                    )));
+                }
+                self.held.entry(file).or_default().extend(blocks);
             }
             Msg::Ready(list) if self.gated => {
                 for file in list {
@@ -731,6 +778,83 @@ mod tests {
             other.planned(0, &chunk::chunks(b"short")),
             Err(SenderError::SourceChanged { .. })
         ));
+    }
+
+    #[test]
+    fn a_resumed_file_keeps_the_blocks_the_receiver_holds_as_the_sender_has_them() {
+        use crate::receiver::{Action, BlockVerdict, ReceiverSession};
+        let data = b"abcdefghijkl";
+        let hash = |i: usize| crate::block_hash(&data[i * 4..i * 4 + 4]);
+        let now = Instant::now();
+        let mut tx = SenderSession::new(vec![file_entry(0, b"f", 12)], 4, 1 << 20);
+        let mut rx = ReceiverSession::new(4);
+        tx.gate();
+        rx.gate();
+        let pass = |from: &mut dyn FnMut() -> Option<Msg>, to: &mut dyn FnMut(Msg)| {
+            while let Some(m) = from() {
+                to(m);
+            }
+        };
+        pass(&mut || tx.poll_control(), &mut |m| rx.handle(m).unwrap());
+        assert!(matches!(
+            rx.poll_action(),
+            Some(Action::OpenFile { id: 0, .. })
+        ));
+        rx.opened(0).unwrap();
+        // The partial holds block 0 as the source has it, and block 2 of
+        // another version; block 1 is past its end.
+        rx.hold(0, vec![(0, hash(0)), (2, [7; 32]), (9, [0; 32])]);
+        rx.ready(0, Vec::new());
+        pass(&mut || rx.poll_control(), &mut |m| {
+            tx.handle(m, now).unwrap()
+        });
+        let mut sent = Vec::new();
+        while let Next::Send(b) = tx.next_block(now) {
+            let h = hash(b.index as usize);
+            tx.block_read(&b, h).unwrap();
+            if tx.receiver_holds(&b, &h) {
+                tx.block_kept(&b);
+                continue;
+            }
+            sent.push(b.index);
+            let header = wire::BlockHeader {
+                file: 0,
+                index: b.index,
+                offset: b.offset,
+                len: b.len,
+                hash: h,
+                codec: wire::CODEC_NONE,
+                wire_len: b.len,
+            };
+            assert_eq!(rx.block_arrived(&header, &h).unwrap(), BlockVerdict::Write);
+            rx.block_written(0, b.index).unwrap();
+        }
+        assert_eq!(sent, vec![1, 2], "the stale block 2 goes again");
+        assert_eq!(tx.kept_bytes, 4);
+        pass(&mut || tx.poll_control(), &mut |m| rx.handle(m).unwrap());
+        assert_eq!(rx.bytes_kept, 4);
+        // The digest covered the kept block's hash: the file is released.
+        assert!(matches!(
+            rx.poll_action(),
+            Some(Action::Finalize { id: 0, .. })
+        ));
+        rx.placed(0);
+        pass(&mut || rx.poll_control(), &mut |m| {
+            tx.handle(m, now).unwrap()
+        });
+        assert_eq!(tx.acked_bytes, 12);
+        // A Kept for a block the receiver never held breaks the protocol.
+        assert!(rx.handle(Msg::Kept(vec![(0, 1)])).is_err());
+        // And held blocks for a file not waiting for them.
+        assert!(tx
+            .handle(
+                Msg::Have {
+                    file: 0,
+                    blocks: vec![(0, [0; 32])]
+                },
+                now
+            )
+            .is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`source`]: read a block of a source file at its offset.
 //! - [`partial`]: the files an interrupted transfer leaves, found again
 //!   and resumed from.
+//! - [`journal`]: the record beside a partial of which blocks it holds.
 //! - [`sink`]: create directories, links and temporary files at the
 //!   destination, write blocks in place, and rename a file into place only
 //!   after it is verified and synced.
@@ -13,6 +14,7 @@
 pub mod cache;
 pub mod confine;
 pub mod error;
+pub mod journal;
 pub mod partial;
 pub mod sink;
 pub mod source;
@@ -21,6 +23,7 @@ pub mod walk;
 pub use cache::ChunkCache;
 pub use confine::Root;
 pub use error::{StoreError, StoreErrorKind};
+pub use journal::Stamp;
 pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
 pub use walk::{names_contents, walk, Walked};

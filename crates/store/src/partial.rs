@@ -27,6 +27,11 @@ pub fn resumable_name(final_path: &Path) -> PathBuf {
     hidden(final_path, b".haul.part")
 }
 
+/// The journal of the resumable file (`store::journal`).
+pub fn journal_name(final_path: &Path) -> PathBuf {
+    hidden(final_path, b".haul.journal")
+}
+
 /// A name for a file whose resumable name another transfer holds.
 pub fn random_name(final_path: &Path) -> PathBuf {
     let mut r = [0u8; 4];

@@ -25,6 +25,7 @@ use session::paths::{self, Placement};
 
 use crate::confine::Root;
 use crate::error::{StoreError, StoreErrorKind};
+use crate::journal::{Journal, Stamp};
 use crate::partial;
 
 /// Where received entries go.
@@ -120,6 +121,13 @@ pub struct OutFile {
     /// It holds bytes worth resuming from: some written by this transfer,
     /// or by an earlier one.
     holds_data: AtomicBool,
+    /// What the file is a copy of, for its journal (P-35).
+    stamp: Stamp,
+    /// The resumable file's journal, once the file is open; `None` where
+    /// there is none or writing it failed.
+    journal: Mutex<Option<Journal>>,
+    /// The blocks an earlier transfer's journal listed, until taken.
+    listed: Mutex<Vec<(u32, [u8; 32])>>,
 }
 
 struct Handle {
@@ -226,6 +234,15 @@ impl OutFile {
                 self.holds_data.store(true, Ordering::Release);
             }
             h.created = true;
+            // Without its journal a partial still resumes, by content (P-31).
+            let path = partial::journal_name(&self.final_path);
+            match Journal::open(&path, &self.stamp, had) {
+                Ok((j, listed)) => {
+                    *self.journal.lock().expect("journal") = Some(j);
+                    *self.listed.lock().expect("listed blocks") = listed;
+                }
+                Err(e) => tracing::warn!("no resume journal for {}: {e}", path.display()),
+            }
             f
         } else {
             let f = create_temp(&self.temp, &self.final_path, self.size)?;
@@ -444,8 +461,9 @@ impl Sink {
         })
     }
 
-    /// Creates the temporary file for entry `id`.
-    pub fn open_file(&self, id: u32, rel: &[u8], size: u64) -> Result<(), StoreError> {
+    /// Creates the temporary file for entry `id`, a copy of `stamp`.
+    pub fn open_file(&self, id: u32, rel: &[u8], stamp: &Stamp) -> Result<(), StoreError> {
+        let size = stamp.size;
         let Some(final_path) = self.final_path(rel)? else {
             return Ok(());
         };
@@ -479,6 +497,9 @@ impl Sink {
             final_path,
             resumable,
             holds_data: AtomicBool::new(false),
+            stamp: *stamp,
+            journal: Mutex::new(None),
+            listed: Mutex::new(Vec::new()),
         };
         if self.open.load(Ordering::SeqCst) < MAX_OPEN {
             out.handle()?;
@@ -510,6 +531,51 @@ impl Sink {
                 Ok(())
             }
         }
+    }
+
+    /// Notes in file `id`'s journal that its block `index`, hashing to
+    /// `hash`, is written (P-35). A journal that cannot be written is
+    /// dropped with a warning: resuming then goes by content.
+    pub fn record(&self, id: u32, index: u32, hash: &[u8; 32]) {
+        let Some(f) = self.files.lock().expect("file table").get(&id).cloned() else {
+            return;
+        };
+        let mut j = f.journal.lock().expect("journal");
+        if let Some(Err(e)) = j.as_ref().map(|j| j.record(index, hash)) {
+            tracing::warn!(
+                "stopped the resume journal of {}: {e}",
+                f.final_path.display()
+            );
+            *j = None;
+        }
+    }
+
+    /// The blocks of file `id` that an earlier transfer's journal lists
+    /// and that its partial still holds: each is read back and hashed, and
+    /// only those whose bytes match their record are returned (P-35).
+    pub fn held_blocks(&self, id: u32) -> Result<Vec<(u32, [u8; 32])>, StoreError> {
+        let Some(f) = self.files.lock().expect("file table").get(&id).cloned() else {
+            return Ok(Vec::new());
+        };
+        f.handle()?;
+        let listed = std::mem::take(&mut *f.listed.lock().expect("listed blocks"));
+        if listed.is_empty() {
+            return Ok(listed);
+        }
+        let r = File::open(&f.temp).map_err(|e| StoreError::io("open", &f.temp, &e))?;
+        let bs = f.stamp.block_size as u64;
+        let mut buf = vec![0u8; bs as usize];
+        let mut held = Vec::with_capacity(listed.len());
+        for (index, hash) in listed {
+            let off = index as u64 * bs;
+            let len = (f.size - off).min(bs) as usize;
+            match r.read_exact_at(&mut buf[..len], off) {
+                Ok(()) if session::block_hash(&buf[..len]) == hash => held.push((index, hash)),
+                Ok(()) => {}
+                Err(e) => return Err(StoreError::io("read", &f.temp, &e)),
+            }
+        }
+        Ok(held)
     }
 
     /// Stores `len` zero bytes at `offset` of file `id` as a hole (P-29):
@@ -646,6 +712,10 @@ impl Sink {
         for (f, ..) in &found {
             fs::rename(&f.temp, &f.final_path)
                 .map_err(|e| StoreError::io("rename into place", &f.final_path, &e))?;
+            if f.resumable {
+                *f.journal.lock().expect("journal") = None;
+                let _ = fs::remove_file(partial::journal_name(&f.final_path));
+            }
             dirs.insert(
                 f.final_path
                     .parent()
@@ -797,6 +867,9 @@ impl Sink {
                 continue;
             }
             let _ = fs::remove_file(&f.temp);
+            if f.resumable {
+                let _ = fs::remove_file(partial::journal_name(&f.final_path));
+            }
         }
     }
 
@@ -810,6 +883,15 @@ impl Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stamp(size: u64) -> Stamp {
+        Stamp {
+            block_size: 1 << 20,
+            size,
+            mtime: 1_700_000_000,
+            mtime_nsec: 0,
+        }
+    }
 
     fn sink_at(dir: &Path, base: &str, many: bool) -> Sink {
         let root = Root::new(dir).unwrap();
@@ -828,7 +910,8 @@ mod tests {
         let before = open_fds();
         let n = 3 * MAX_OPEN as u32;
         for id in 0..n {
-            s.open_file(id, format!("f{id}").as_bytes(), 8).unwrap();
+            s.open_file(id, format!("f{id}").as_bytes(), &stamp(8))
+                .unwrap();
         }
         for id in 0..n {
             s.write_block(id, 0, &id.to_le_bytes()).unwrap();
@@ -847,7 +930,8 @@ mod tests {
         // Empty files too, announced beyond the descriptors kept.
         let s = sink_at(d.path(), "many", true);
         for id in 0..n {
-            s.open_file(id, format!("e{id}").as_bytes(), 0).unwrap();
+            s.open_file(id, format!("e{id}").as_bytes(), &stamp(0))
+                .unwrap();
         }
         s.finalize(&batch).unwrap();
         assert!(
@@ -862,7 +946,7 @@ mod tests {
     fn file_appears_only_after_finalize() {
         let d = tempfile::tempdir().unwrap();
         let s = sink_at(d.path(), "out.bin", false);
-        s.open_file(1, b"src.bin", 6).unwrap();
+        s.open_file(1, b"src.bin", &stamp(6)).unwrap();
         s.write_block(1, 3, b"def").unwrap();
         s.write_block(1, 0, b"abc").unwrap();
         assert!(!d.path().join("out.bin").exists());
@@ -885,10 +969,52 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_resumes_the_blocks_its_journal_lists_and_still_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let bs = 64 << 10;
+        let st = Stamp {
+            block_size: bs,
+            ..stamp(3 * bs as u64)
+        };
+        let block = |i: u8| vec![i + 1; bs as usize];
+        let s = sink_at(d.path(), "x", false);
+        s.open_file(1, b"x", &st).unwrap();
+        for i in 0..2u8 {
+            s.write_block(1, i as u64 * bs as u64, &block(i)).unwrap();
+            s.record(1, i as u32, &session::block_hash(&block(i)));
+        }
+        s.abort();
+        let journal = d.path().join(".x.haul.journal");
+        assert!(journal.exists(), "kept beside the partial");
+        // Block 1 is damaged after the fact: the journal is not believed.
+        let part = d.path().join(".x.haul.part");
+        let f = OpenOptions::new().write(true).open(&part).unwrap();
+        f.write_all_at(b"torn", bs as u64 + 10).unwrap();
+
+        let s = sink_at(d.path(), "x", false);
+        s.open_file(1, b"x", &st).unwrap();
+        let held = s.held_blocks(1).unwrap();
+        assert_eq!(held, vec![(0, session::block_hash(&block(0)))]);
+        s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+        assert!(!journal.exists(), "gone once the file is placed");
+
+        // Another version of the source: its journal starts afresh.
+        let s = sink_at(d.path(), "y", false);
+        s.open_file(2, b"y", &st).unwrap();
+        s.write_block(2, 0, &block(0)).unwrap();
+        s.record(2, 0, &session::block_hash(&block(0)));
+        s.abort();
+        let s = sink_at(d.path(), "y", false);
+        let newer = Stamp { mtime: 5, ..st };
+        s.open_file(2, b"y", &newer).unwrap();
+        assert!(s.held_blocks(2).unwrap().is_empty());
+    }
+
+    #[test]
     fn abort_keeps_only_partials_that_hold_data() {
         let d = tempfile::tempdir().unwrap();
         let s = sink_at(d.path(), "x", false);
-        s.open_file(1, b"x", 10).unwrap();
+        s.open_file(1, b"x", &stamp(10)).unwrap();
         s.abort();
         assert_eq!(
             fs::read_dir(d.path()).unwrap().count(),
@@ -897,7 +1023,7 @@ mod tests {
         );
 
         let s = sink_at(d.path(), "x", false);
-        s.open_file(1, b"x", 10).unwrap();
+        s.open_file(1, b"x", &stamp(10)).unwrap();
         s.write_block(1, 0, b"hello").unwrap();
         s.abort();
         let kept = d.path().join(".x.haul.part");
@@ -908,7 +1034,7 @@ mod tests {
         let s = sink_at(d.path(), "x", false);
         assert!(s.destination_exists(), "a partial is something to resume");
         assert_eq!(s.partial_of(b"x").unwrap(), Some(kept.clone()));
-        s.open_file(1, b"x", 12).unwrap();
+        s.open_file(1, b"x", &stamp(12)).unwrap();
         assert_eq!(s.partial_of(b"x").unwrap(), None, "held by this transfer");
         s.write_block(1, 5, b" world!").unwrap();
         s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
@@ -918,7 +1044,7 @@ mod tests {
         // A resumed partial that this transfer wrote nothing into is kept.
         fs::write(&kept, b"old").unwrap();
         let s = sink_at(d.path(), "x", false);
-        s.open_file(1, b"x", 3).unwrap();
+        s.open_file(1, b"x", &stamp(3)).unwrap();
         s.abort();
         assert_eq!(fs::read(&kept).unwrap(), b"old");
     }
@@ -927,11 +1053,11 @@ mod tests {
     fn a_partial_held_by_a_live_transfer_is_left_alone() {
         let d = tempfile::tempdir().unwrap();
         let first = sink_at(d.path(), "x", false);
-        first.open_file(1, b"x", 4).unwrap();
+        first.open_file(1, b"x", &stamp(4)).unwrap();
         first.write_block(1, 0, b"aaaa").unwrap();
         let second = sink_at(d.path(), "x", false);
         assert_eq!(second.partial_of(b"x").unwrap(), None);
-        second.open_file(1, b"x", 4).unwrap();
+        second.open_file(1, b"x", &stamp(4)).unwrap();
         second.write_block(1, 0, b"bbbb").unwrap();
         second.finalize(&[(1, 0o644, 0, 0)]).unwrap();
         assert_eq!(fs::read(d.path().join("x")).unwrap(), b"bbbb");
@@ -946,7 +1072,7 @@ mod tests {
         fs::create_dir(&root).unwrap();
         std::os::unix::fs::symlink(outer.path(), root.join("escape")).unwrap();
         let s = sink_at(&root, "", true);
-        let e = s.open_file(1, b"escape/owned", 1).unwrap_err();
+        let e = s.open_file(1, b"escape/owned", &stamp(1)).unwrap_err();
         assert_eq!(e.kind, StoreErrorKind::OutsideRoot);
     }
 }

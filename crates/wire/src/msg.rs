@@ -293,6 +293,15 @@ pub enum Msg {
         zstd_bytes: u64,
         zstd_micros: u64,
     },
+    /// Receiver, resuming (P-35): blocks of `file` its partial already
+    /// holds, verified, with their hashes; sent before the file's `Ready`.
+    Have {
+        file: u32,
+        blocks: Vec<(u32, [u8; 32])>,
+    },
+    /// Sender: these blocks are as the receiver's `Have` said, and are not
+    /// sent (P-35).
+    Kept(Vec<(u32, u32)>),
     /// Two or more control messages in one frame (P-34): `data` is a zstd
     /// frame that decompresses to exactly `raw_len` bytes, the messages
     /// joined by [`crate::packed::join`].
@@ -301,6 +310,9 @@ pub enum Msg {
         data: Vec<u8>,
     },
 }
+
+/// Most blocks in one `Have` message: 36 bytes each, 144 KiB.
+pub const HAVE_PER_MESSAGE: usize = 4096;
 
 /// Most paths in one `Deleted` message.
 pub const DELETED_PER_MESSAGE: usize = 1024;
@@ -387,6 +399,16 @@ impl Msg {
                 for (hash, len) in chunks {
                     w.bytes(hash).u32(*len);
                 }
+            }
+            Msg::Have { file, blocks } => {
+                w.u8(21).u32(*file).u32(blocks.len() as u32);
+                for (index, hash) in blocks {
+                    w.u32(*index).bytes(hash);
+                }
+            }
+            Msg::Kept(list) => {
+                w.u8(22);
+                encode_blocks(&mut w, list);
             }
             Msg::Ready(list) => {
                 w.u8(15);
@@ -588,6 +610,26 @@ impl Msg {
                 }
                 Msg::Chunks { file, chunks }
             }
+            21 => {
+                let file = r.u32()?;
+                let n = r.u32()? as usize;
+                if n > HAVE_PER_MESSAGE {
+                    return Err(DecodeError::TooLong {
+                        what: "held blocks",
+                        len: n,
+                        max: HAVE_PER_MESSAGE,
+                    });
+                }
+                if n > r.remaining() / 36 {
+                    return Err(DecodeError::Invalid("held block count"));
+                }
+                let mut blocks = Vec::with_capacity(n);
+                for _ in 0..n {
+                    blocks.push((r.u32()?, r.array()?));
+                }
+                Msg::Have { file, blocks }
+            }
+            22 => Msg::Kept(decode_blocks(&mut r)?),
             15 => Msg::Ready(decode_ids(&mut r)?),
             16 => Msg::Skip(decode_ids(&mut r)?),
             17 => Msg::Digest {
@@ -873,6 +915,12 @@ pub(crate) mod tests {
             )
                 .prop_map(|(file, chunks)| Msg::Chunks { file, chunks }),
             proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Ready),
+            (
+                any::<u32>(),
+                proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..10)
+            )
+                .prop_map(|(file, blocks)| Msg::Have { file, blocks }),
+            proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Kept),
             proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Skip),
             (any::<u32>(), any::<[u8; 32]>())
                 .prop_map(|(file, digest)| Msg::Digest { file, digest }),

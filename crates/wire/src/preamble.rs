@@ -14,7 +14,7 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// options byte (rsync's trailing-slash rule, `-p`, P-8) and the ssh start
 /// (P-27, P-28); version 4 deduplication and sync (P-31, P-32); version 5
 /// bundles of small files (P-33).
-pub const PROTOCOL_VERSION: u16 = 6;
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
