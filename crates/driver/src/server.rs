@@ -126,7 +126,17 @@ struct Server {
     cfg: ServerConfig,
     sessions: Registry,
     active: AtomicUsize,
+    /// Connections not yet past their handshake (or, for data
+    /// connections, their join).
+    greeting: Arc<AtomicUsize>,
 }
+
+/// Most connections in their greeting at once. Each holds a thread for at
+/// most the handshake timeout; past this many, a new connection is closed
+/// at once, so a flood of silent or garbage connections cannot take every
+/// thread and descriptor (like sshd's `MaxStartups`). Clients that
+/// authenticate are limited by `--max-sessions` instead.
+pub const MAX_GREETING: usize = 512;
 
 /// Binds and serves forever. `ready` is called with the bound address.
 pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
@@ -138,15 +148,27 @@ pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Resu
 
 /// Serves the connections of a bound listener, forever.
 pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
+    share_one_arena();
     let server = Arc::new(Server {
         cfg,
         sessions: Mutex::new(HashMap::new()),
         active: AtomicUsize::new(0),
+        greeting: Arc::new(AtomicUsize::new(0)),
     });
+    let mut last_notice: Option<Instant> = None;
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
+        let Some(guard) = Greeting::enter(&server.greeting) else {
+            if last_notice.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                tracing::warn!(
+                    "{MAX_GREETING} connections are still in their handshake; closing new ones until they finish or time out"
+                );
+                last_notice = Some(Instant::now());
+            }
+            continue;
+        };
         let server = server.clone();
-        std::thread::spawn(move || server.connection(stream));
+        std::thread::spawn(move || server.connection(stream, guard));
     }
 }
 
@@ -194,7 +216,7 @@ impl Server {
         self.cfg.root.resolve(&path).map_err(TransferError::from)
     }
 
-    fn connection(&self, mut stream: TcpStream) {
+    fn connection(&self, mut stream: TcpStream, greeting: Greeting) {
         let peer = stream
             .peer_addr()
             .map(|a| a.to_string())
@@ -229,7 +251,9 @@ impl Server {
                 // The join is checked here, on this connection's own thread,
                 // so a forged or silent connection that copied the
                 // cleartext session id costs the session nothing (P-20).
-                match server_join(stream, &j.keys, pre.stream, j.protection, &j.progress) {
+                let joined = server_join(stream, &j.keys, pre.stream, j.protection, &j.progress);
+                drop(greeting);
+                match joined {
                     Ok(conn) => {
                         let _ = j.joined.send((pre.stream, conn));
                     }
@@ -238,7 +262,7 @@ impl Server {
             }
             ConnKind::Control => {
                 let started = Instant::now();
-                match self.session(stream, &pre) {
+                match self.session(stream, &pre, greeting) {
                     Ok(line) => {
                         tracing::info!("{peer}: {line} in {:.2}s", started.elapsed().as_secs_f64())
                     }
@@ -252,8 +276,11 @@ impl Server {
         &self,
         mut stream: TcpStream,
         pre: &wire::Preamble,
+        greeting: Greeting,
     ) -> Result<String, TransferError> {
-        let est = handshake::server(&mut stream, pre, &self.cfg.key)?;
+        let est = handshake::server(&mut stream, pre, &self.cfg.key);
+        drop(greeting);
+        let est = est?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
         let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
@@ -636,6 +663,25 @@ fn drain_and_close(s: &TcpStream) {
     }
 }
 
+/// A connection counted in [`Server::greeting`] until dropped.
+struct Greeting(Arc<AtomicUsize>);
+
+impl Greeting {
+    fn enter(count: &Arc<AtomicUsize>) -> Option<Greeting> {
+        if count.fetch_add(1, Ordering::AcqRel) >= MAX_GREETING {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Greeting(count.clone()))
+    }
+}
+
+impl Drop for Greeting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 struct SessionGuard<'a>(&'a AtomicUsize);
 
 impl<'a> SessionGuard<'a> {
@@ -652,5 +698,31 @@ impl<'a> SessionGuard<'a> {
 impl Drop for SessionGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+        release_freed_memory();
+    }
+}
+
+/// A long-running server allocates from one glibc arena. With one per
+/// thread (up to 8 per core), each kept what its sessions freed: after
+/// rounds of 100 clients on 2 cores a server held 190 MB it never used
+/// again, since `malloc_trim` cannot shrink the other arenas' tops. Block
+/// buffers are few and large, and small allocations come from per-thread
+/// caches, so one arena costs no measurable speed (loopback pulls of
+/// 1 GiB: 6 052 against 5 657 Mbit/s, within noise).
+fn share_one_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a parameter of the allocator.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Hands the memory a session freed back to the OS (`malloc_trim` on the
+/// one arena, see [`share_one_arena`]), so an idle server is small again.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

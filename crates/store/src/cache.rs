@@ -320,6 +320,18 @@ impl Drop for ChunkCache {
     }
 }
 
+/// Whether `b` is an index [`ChunkCache::save`] could have written (its
+/// checksum and every field): the decoder, for fuzzing and tests.
+pub fn index_is_valid(b: &[u8]) -> bool {
+    let mut inner = Inner {
+        index: HashMap::new(),
+        segs: BTreeMap::new(),
+        clock: 0,
+        dirty: false,
+    };
+    load(b, &mut inner).is_some()
+}
+
 /// Reads an index written by [`ChunkCache::save`]; `None` if damaged.
 fn load(b: &[u8], inner: &mut Inner) -> Option<()> {
     let (body, sum) = b.split_at_checked(b.len().checked_sub(32)?)?;
