@@ -39,21 +39,10 @@ fn every_kept_input_decodes_or_is_refused_without_a_panic() {
     );
 }
 
-/// xorshift64*: the inputs are the same every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 #[test]
 fn seeded_random_and_mutated_inputs_never_panic() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // Seeded: the inputs are the same every run.
+    let mut rng = netsim::Rng::new(0x9E37_79B9_7F4A_7C15);
     let seeds: Vec<Vec<u8>> = fs::read_dir(regressions())
         .unwrap()
         .flatten()
@@ -63,20 +52,20 @@ fn seeded_random_and_mutated_inputs_never_panic() {
     for (name, target) in fuzzing::TARGETS {
         for round in 0..2000 {
             let mut input = if round % 2 == 0 || seeds.is_empty() {
-                let len = (rng.next() % 200) as usize;
-                (0..len).map(|_| rng.next() as u8).collect::<Vec<u8>>()
+                let len = (rng.next_u64() % 200) as usize;
+                (0..len).map(|_| rng.next_u64() as u8).collect::<Vec<u8>>()
             } else {
-                seeds[(rng.next() % seeds.len() as u64) as usize].clone()
+                seeds[(rng.next_u64() % seeds.len() as u64) as usize].clone()
             };
             // Flip a few bytes, and sometimes cut the end.
-            for _ in 0..(rng.next() % 4) {
+            for _ in 0..(rng.next_u64() % 4) {
                 if !input.is_empty() {
-                    let i = (rng.next() % input.len() as u64) as usize;
-                    input[i] = rng.next() as u8;
+                    let i = (rng.next_u64() % input.len() as u64) as usize;
+                    input[i] = rng.next_u64() as u8;
                 }
             }
-            if rng.next().is_multiple_of(4) {
-                let keep = (rng.next() % (input.len() as u64 + 1)) as usize;
+            if rng.next_u64().is_multiple_of(4) {
+                let keep = (rng.next_u64() % (input.len() as u64 + 1)) as usize;
                 input.truncate(keep);
             }
             let _ = name;

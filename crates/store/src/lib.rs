@@ -18,6 +18,7 @@ pub mod journal;
 pub mod partial;
 pub mod sink;
 pub mod source;
+mod temp;
 pub mod walk;
 
 pub use cache::ChunkCache;

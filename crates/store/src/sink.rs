@@ -15,7 +15,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +27,7 @@ use crate::confine::Root;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::journal::{Journal, Stamp};
 use crate::partial;
+use crate::temp::{create_temp, open_resumable};
 
 /// Where received entries go.
 pub enum Destination {
@@ -133,86 +134,6 @@ pub struct OutFile {
 struct Handle {
     file: Option<Arc<File>>,
     created: bool,
-}
-
-/// Creates the temporary file, space reserved for `size` bytes.
-fn create_temp(temp: &Path, final_path: &Path, size: u64) -> Result<File, StoreError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(temp)
-        .map_err(|e| StoreError::io("create", temp, &e))?;
-    if size > 0 {
-        if let Err(e) = reserve(&file, size) {
-            let _ = fs::remove_file(temp);
-            return Err(StoreError::io("reserve space for", final_path, &e));
-        }
-    }
-    Ok(file)
-}
-
-/// Reserves `size` bytes for `file`; fails only for a full disk or quota
-/// (P-17). On tmpfs, space is memory, and reserving it zeroes every page
-/// at once (150 ms for 512 MiB here) that a hole would then free again
-/// (P-29), so there the free space is checked, and the size set, instead.
-fn reserve(file: &File, size: u64) -> std::io::Result<()> {
-    // SAFETY: fstatfs and fallocate on a descriptor we own; fstatfs writes
-    // only into the zeroed struct we pass.
-    unsafe {
-        let mut fs: libc::statfs = std::mem::zeroed();
-        if libc::fstatfs(file.as_raw_fd(), &mut fs) == 0 && fs.f_type == libc::TMPFS_MAGIC {
-            let free = (fs.f_bavail as u64).saturating_mul(fs.f_bsize as u64);
-            // A resumed partial already holds some of its pages.
-            let held = file.metadata().map_or(0, |m| m.blocks() * 512);
-            if size.saturating_sub(held) > free {
-                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-            // The size, as fallocate would have set it: a file whose every
-            // block is a hole is never written.
-            return file.set_len(size);
-        }
-        if libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) != 0 {
-            let e = std::io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
-                return Err(e);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Opens the resumable temporary file (P-35): what an earlier transfer
-/// left there stays, cut or extended to `size` and reserved like a new
-/// file. Says whether it held anything.
-fn open_resumable(temp: &Path, final_path: &Path, size: u64) -> Result<(File, bool), StoreError> {
-    let (file, existed) = partial::open_locked(temp).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            StoreError::new(
-                StoreErrorKind::Other,
-                format!(
-                    "{} is being received by another transfer right now; try again when it ends",
-                    final_path.display()
-                ),
-            )
-        } else {
-            StoreError::io("create", temp, &e)
-        }
-    })?;
-    let had = existed && file.metadata().is_ok_and(|m| m.len() > 0);
-    if had {
-        file.set_len(size)
-            .map_err(|e| StoreError::io("resize", temp, &e))?;
-    }
-    if size > 0 {
-        if let Err(e) = reserve(&file, size) {
-            if !had {
-                let _ = fs::remove_file(temp);
-            }
-            return Err(StoreError::io("reserve space for", final_path, &e));
-        }
-    }
-    Ok((file, had))
 }
 
 impl OutFile {
