@@ -6,13 +6,22 @@
 //!
 //! `HAUL_FAULT_ROUNDS` sets the number of rounds (4 by default, as in CI;
 //! `scripts/soak.sh` runs many more) and `HAUL_FAULT_SEED` the first seed.
+//!
+//! The same rounds run across the emulator (root only), on a link that
+//! corrupts, reorders, duplicates and drops packets: `HAUL_WAN_FAULT_ROUNDS`
+//! (2 by default) from `HAUL_WAN_FAULT_SEED`.
 
 mod common;
 
 use std::fs;
+use std::process::Command;
 use std::time::Duration;
 
+use common::emu::{serve_in_b, Remote};
 use common::*;
+use netem::testing::{require_emulator, unique_name};
+use netem::{Emulator, EmulatorConfig, ADDR_B};
+use netsim::LinkConfig;
 
 /// A small deterministic generator (SplitMix64), so a failing round can be
 /// replayed from its seed.
@@ -45,7 +54,77 @@ enum Victim {
     Server,
 }
 
+/// Where a round runs: on loopback, or across the emulator (server in
+/// namespace b, client in a).
+enum Place {
+    Loopback,
+    Emulated(Box<Emulator>),
+}
+
+enum Serving {
+    Local(Server),
+    Remote(Remote),
+}
+
+impl Serving {
+    fn kill(&mut self) {
+        match self {
+            Serving::Local(s) => s.kill(),
+            Serving::Remote(r) => r.kill(),
+        }
+    }
+}
+
+impl Place {
+    fn serve(&self, env: &Env) -> Serving {
+        match self {
+            Place::Loopback => Serving::Local(env.serve()),
+            Place::Emulated(emu) => Serving::Remote(serve_in_b(emu, env)),
+        }
+    }
+
+    fn remote(&self, env: &Env, server: &Serving, path: &str) -> String {
+        match server {
+            Serving::Local(s) => env.remote(s, path),
+            Serving::Remote(_) => format!("{ADDR_B}:7050:{path}"),
+        }
+    }
+
+    fn cp_cmd(&self, env: &Env, args: &[&str]) -> Command {
+        match self {
+            Place::Loopback => env.cp_cmd(args),
+            Place::Emulated(emu) => {
+                let mut c = emu.command_a(HAUL);
+                c.arg("cp")
+                    .args(args)
+                    .env("HAUL_HOME", &env.home)
+                    .stdin(std::process::Stdio::null());
+                c
+            }
+        }
+    }
+}
+
+/// What a round moves: `size` bytes capped at `rate`, killed within
+/// `kill_within` of the start.
+struct Load {
+    size: usize,
+    rate: &'static str,
+    kill_within: u64,
+}
+
+/// 24 MiB at 60 Mbit/s: about 3.4 s; the kill lands in its first 2.5 s.
+const LOOPBACK: Load = Load {
+    size: 24 << 20,
+    rate: "60M",
+    kill_within: 2300,
+};
+
 fn round(seed: u64) {
+    round_at(&Place::Loopback, &LOOPBACK, seed);
+}
+
+fn round_at(place: &Place, load: &Load, seed: u64) {
     let mut rng = Rng(seed);
     let push = rng.below(2) == 0;
     let victim = if rng.below(2) == 0 {
@@ -54,28 +133,27 @@ fn round(seed: u64) {
         Victim::Server
     };
     let transport = ["tcp", "udp"][rng.below(2) as usize];
-    // 24 MiB at 60 Mbit/s: about 3.4 s; the kill lands in its first 2.5 s.
-    let kill_after = Duration::from_millis(200 + rng.below(2300));
+    let kill_after = Duration::from_millis(200 + rng.below(load.kill_within));
     let what = format!(
         "seed {seed}: {} over {transport}, {victim:?} killed after {kill_after:?}",
         if push { "push" } else { "pull" }
     );
     let env = Env::new();
-    let mut server = env.serve();
-    let data = random_bytes(24 << 20, seed);
+    let mut server = place.serve(&env);
+    let data = random_bytes(load.size, seed);
     let (src, dst, partial) = if push {
         let src = env.local.join("f");
         write_file(&src, &data);
         (
             src.to_string_lossy().into_owned(),
-            env.remote(&server, "f"),
+            place.remote(&env, &server, "f"),
             env.root.join(".f.haul.part"),
         )
     } else {
         write_file(&env.root.join("f"), &data);
         let dst = env.local.join("f");
         (
-            env.remote(&server, "f"),
+            place.remote(&env, &server, "f"),
             dst.to_string_lossy().into_owned(),
             env.local.join(".f.haul.part"),
         )
@@ -85,17 +163,20 @@ fn round(seed: u64) {
     } else {
         env.local.join("f")
     };
-    let mut child = env
-        .cp_cmd(&[
-            "--rate",
-            "60M",
-            "--block-size",
-            "256K",
-            "--transport",
-            transport,
-            &src,
-            &dst,
-        ])
+    let mut child = place
+        .cp_cmd(
+            &env,
+            &[
+                "--rate",
+                load.rate,
+                "--block-size",
+                "256K",
+                "--transport",
+                transport,
+                &src,
+                &dst,
+            ],
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -110,7 +191,7 @@ fn round(seed: u64) {
         Victim::Server => {
             server.kill();
             let _ = child.wait();
-            server = env.serve();
+            server = place.serve(&env);
         }
     }
     // Whoever received lets go of its partial once it notices.
@@ -129,11 +210,19 @@ fn round(seed: u64) {
     } else {
         0
     };
-    let dst = if push { env.remote(&server, "f") } else { dst };
-    let src = if push { src } else { env.remote(&server, "f") };
+    let dst = if push {
+        place.remote(&env, &server, "f")
+    } else {
+        dst
+    };
+    let src = if push {
+        src
+    } else {
+        place.remote(&env, &server, "f")
+    };
     // The same command, without the cap (the block size stays, so the
     // journal applies, P-35).
-    let out = env.cp(&[
+    let args = [
         "--json",
         "--block-size",
         "256K",
@@ -141,7 +230,8 @@ fn round(seed: u64) {
         transport,
         &src,
         &dst,
-    ]);
+    ];
+    let out = output_within(place.cp_cmd(&env, &args), CP_LIMIT);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{what}: the re-run failed: {said}");
     assert!(
@@ -166,5 +256,54 @@ fn killed_at_random_moments_every_round_ends_byte_exact() {
     let first = env_u64("HAUL_FAULT_SEED", 1);
     for seed in first..first + rounds {
         round(seed);
+    }
+}
+
+/// 30 ms of round trip at 100 Mbit/s, and both ways: 0.2% loss, 0.2% of
+/// packets corrupted, 0.5% reordered (by up to the jitter), 0.1%
+/// duplicated.
+fn damaging_link(seed: u64) -> Emulator {
+    let link = LinkConfig {
+        delay: Duration::from_millis(15),
+        jitter: Duration::from_millis(2),
+        rate_bps: Some(100_000_000),
+        loss: 0.002,
+        corrupt: 0.002,
+        reorder: 0.005,
+        duplicate: 0.001,
+        ..Default::default()
+    };
+    Emulator::start(EmulatorConfig {
+        name: unique_name("fault"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed,
+        block_udp: false,
+        only_tcp_ports: vec![],
+    })
+    .expect("emulator starts")
+}
+
+#[test]
+fn killed_across_a_damaging_link_every_round_ends_byte_exact() {
+    if !require_emulator("the fault rounds across the emulator") {
+        return;
+    }
+    // 8 MiB at 30 Mbit/s: about 2.2 s; the kill lands in its first 1.7 s.
+    let load = Load {
+        size: 8 << 20,
+        rate: "30M",
+        kill_within: 1500,
+    };
+    let rounds = env_u64("HAUL_WAN_FAULT_ROUNDS", 2);
+    let first = env_u64("HAUL_WAN_FAULT_SEED", 1);
+    for seed in first..first + rounds {
+        let place = Place::Emulated(Box::new(damaging_link(seed)));
+        round_at(&place, &load, seed);
+        if let Place::Emulated(mut emu) = place {
+            let report = emu.stop();
+            eprintln!("seed {seed}: link {report:?}");
+        }
     }
 }

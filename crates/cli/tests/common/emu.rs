@@ -11,6 +11,14 @@ pub struct Remote {
     child: std::process::Child,
 }
 
+impl Remote {
+    /// SIGKILL, and wait for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Remote {
     fn drop(&mut self) {
         let _ = self.child.kill();
