@@ -17,7 +17,7 @@ use std::fs;
 use std::process::Command;
 use std::time::Duration;
 
-use common::emu::{serve_in_b, Remote};
+use common::emu::{cp_cmd_in_a, serve_in_b, Remote};
 use common::*;
 use netem::testing::{require_emulator, unique_name};
 use netem::{Emulator, EmulatorConfig, ADDR_B};
@@ -93,14 +93,7 @@ impl Place {
     fn cp_cmd(&self, env: &Env, args: &[&str]) -> Command {
         match self {
             Place::Loopback => env.cp_cmd(args),
-            Place::Emulated(emu) => {
-                let mut c = emu.command_a(HAUL);
-                c.arg("cp")
-                    .args(args)
-                    .env("HAUL_HOME", &env.home)
-                    .stdin(std::process::Stdio::null());
-                c
-            }
+            Place::Emulated(emu) => cp_cmd_in_a(emu, env, args),
         }
     }
 }
@@ -163,19 +156,12 @@ fn round_at(place: &Place, load: &Load, seed: u64) {
     } else {
         env.local.join("f")
     };
+    // Both runs: the same block size, so the journal applies (P-35).
+    let same = ["--block-size", "256K", "--transport", transport];
     let mut child = place
         .cp_cmd(
             &env,
-            &[
-                "--rate",
-                load.rate,
-                "--block-size",
-                "256K",
-                "--transport",
-                transport,
-                &src,
-                &dst,
-            ],
+            &[&["--rate", load.rate][..], &same, &[&src, &dst]].concat(),
         )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -220,17 +206,8 @@ fn round_at(place: &Place, load: &Load, seed: u64) {
     } else {
         place.remote(&env, &server, "f")
     };
-    // The same command, without the cap (the block size stays, so the
-    // journal applies, P-35).
-    let args = [
-        "--json",
-        "--block-size",
-        "256K",
-        "--transport",
-        transport,
-        &src,
-        &dst,
-    ];
+    // The same command, without the cap.
+    let args = [&["--json"][..], &same, &[&src, &dst]].concat();
     let out = output_within(place.cp_cmd(&env, &args), CP_LIMIT);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{what}: the re-run failed: {said}");

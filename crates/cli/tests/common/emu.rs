@@ -61,11 +61,16 @@ pub fn serve_in_b_with(emu: &Emulator, env: &Env, extra: &[&str]) -> Remote {
     Remote { child }
 }
 
-pub fn cp_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> std::process::Output {
+/// `haul cp ARGS` in namespace a, as the client, not yet started.
+pub fn cp_cmd_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> Command {
     let mut c: Command = emu.command_a(HAUL);
     c.arg("cp")
         .args(args)
         .env("HAUL_HOME", &env.home)
         .stdin(Stdio::null());
-    output_within(c, CP_LIMIT)
+    c
+}
+
+pub fn cp_in_a(emu: &Emulator, env: &Env, args: &[&str]) -> std::process::Output {
+    output_within(cp_cmd_in_a(emu, env, args), CP_LIMIT)
 }
