@@ -127,7 +127,9 @@ echo "dataset,tool,rep,bytes,wall_s,goodput_mbit,wire_bytes,status" >"$CSV"
 declare -A MED VALS
 # Reps go round the tools (auto, none, lz4, ... then again), so that a
 # drift in the machine (page cache, a neighbour's load) hits every tool
-# alike instead of whichever ran its reps during it.
+# alike instead of whichever ran its reps during it; and each rep starts
+# one tool further on (rep 2 with none, rep 3 with lz4, ...), so that no
+# tool always runs first after the dataset's warm-up.
 for d in "${DS[@]}"; do
   # One untimed transfer first: the first run after a dataset is made (or
   # the last one's 4 GiB removed) paid up to twice the time in every
@@ -136,7 +138,8 @@ for d in "${DS[@]}"; do
   find "$RECV" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
   sync
   for ((r = 1; r <= REPS; r++)); do
-    for t in "${TL[@]}"; do
+    for ((k = 0; k < ${#TL[@]}; k++)); do
+      t=${TL[$(((r - 1 + k) % ${#TL[@]}))]}
       find "$RECV" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
       sync
       t0=$(now) rc=0 wire=""

@@ -296,12 +296,26 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             for s in &walked.skipped {
                 eprintln!("haul: {s}");
             }
+            // Zero blocks are looked for while the connection is set up;
+            // not for a sync, whose files may all be skipped.
+            let scan = if a.update || a.checksum || a.dry_run {
+                driver::ZeroScan::none()
+            } else {
+                driver::ZeroScan::start(&walked, cfg.block_size)
+            };
             let (conn, link) = connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
             let contents = sources
                 .iter()
                 .any(|s| store::names_contents(s.as_os_str().as_bytes()));
-            let r = conn.push(walked, &dest, a.recursive, sources.len() > 1, contents);
+            let r = conn.push(
+                walked,
+                scan,
+                &dest,
+                a.recursive,
+                sources.len() > 1,
+                contents,
+            );
             bar.finish();
             ("push", finish(r, link)?)
         }

@@ -230,6 +230,8 @@ pub struct Connected {
     ctrl_w: FrameWriter,
     keys: secure::SessionKeys,
     rtt: Duration,
+    /// The UDP port the server opened in the handshake, or 0 (P-23).
+    udp_port: u16,
     started: Instant,
     progress: Arc<Progress>,
 }
@@ -383,7 +385,14 @@ impl Connected {
         mut stream: TcpStream,
         started: Instant,
     ) -> Result<Connected, TransferError> {
-        let est = handshake::client(&mut stream, &cfg.identity, |key| check_server(&cfg, key))?;
+        // Any transport but TCP may end on the UDP channel: ask for its
+        // socket now, so the hello can ride behind the request (P-23).
+        let wishes = wire::HandshakeWishes {
+            udp_port: cfg.transport != Transport::Tcp,
+        };
+        let est = handshake::client(&mut stream, &cfg.identity, wishes, |key| {
+            check_server(&cfg, key)
+        })?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
         // The server's welcome (or refusal) is read after the request is
@@ -397,6 +406,7 @@ impl Connected {
             ctrl_w,
             keys: est.keys,
             rtt: est.rtt,
+            udp_port: est.udp_port,
             started,
             progress,
         })
@@ -487,6 +497,9 @@ impl Connected {
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
+        // The hello rides right behind the request, to the port message two
+        // named; the server answers it once it accepts (P-23).
+        let hello = asked_udp.then(|| self.udp_hello());
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("sending the request", &e))?;
@@ -514,6 +527,11 @@ impl Connected {
             Some(format!(
                 "server asked for {streams} streams where {requested} were offered"
             ))
+        } else if asked_udp && udp_port != self.udp_port {
+            Some(format!(
+                "server named UDP port {udp_port} in its answer but {} in the handshake",
+                self.udp_port
+            ))
         } else {
             None
         };
@@ -526,8 +544,8 @@ impl Connected {
             return Err(TransferError::new(ErrorCode::Protocol, message));
         }
         let progress = self.progress();
-        if asked_udp {
-            match self.udp_setup(udp_port) {
+        if let Some(hello) = hello {
+            match hello.and_then(|h| self.udp_setup(h)) {
                 Ok(link) => {
                     self.ctrl_w
                         .send_msg(&Msg::UseTransport {
@@ -573,23 +591,35 @@ impl Connected {
             .map(|c| (DataPlan::Tcp(c), server_gated))
     }
 
-    /// Sets up the UDP channel to the server's `port`: hello, path-MTU
-    /// probes, buffers sized to the path.
-    fn udp_setup(&self, port: u16) -> Result<UdpLink, String> {
-        if port == 0 {
+    /// Opens the client's UDP socket and sends the hello to the port the
+    /// server opened in the handshake (P-23).
+    fn udp_hello(&self) -> Result<(udp::UdpChannel, setup::Hello), String> {
+        if self.udp_port == 0 {
             return Err("the server offered no UDP port".into());
         }
-        let server = SocketAddr::new(self.addr.ip(), port);
+        let server = SocketAddr::new(self.addr.ip(), self.udp_port);
         let local: SocketAddr = if server.is_ipv6() {
             "[::]:0".parse().expect("literal")
         } else {
             "0.0.0.0:0".parse().expect("literal")
         };
         let mut channel = udp::UdpChannel::bind(local).map_err(|e| e.to_string())?;
+        let (send_key, _) = datagram::keys(&self.keys, self.cfg.protection, true);
+        let hello = setup::client_hello(&mut channel, server, self.keys.session_id(), &send_key)
+            .map_err(|e| e.0)?;
+        Ok((channel, hello))
+    }
+
+    /// Sets up the UDP channel once the server accepted: the hello's
+    /// answer, path-MTU probes, buffers sized to the path.
+    fn udp_setup(
+        &self,
+        (mut channel, hello): (udp::UdpChannel, setup::Hello),
+    ) -> Result<UdpLink, String> {
         let (send_key, recv_key) = datagram::keys(&self.keys, self.cfg.protection, true);
         let payload = setup::client(
             &mut channel,
-            server,
+            hello,
             self.keys.session_id(),
             &send_key,
             &recv_key,
@@ -626,10 +656,13 @@ impl Connected {
     }
 
     /// Sends local sources to `dest` on the server. `contents`: a source
-    /// named a directory's contents (`dir/`, P-8).
+    /// named a directory's contents (`dir/`, P-8). `scan` has looked for
+    /// zero blocks since before the connection was made.
+    #[allow(clippy::too_many_arguments)]
     pub fn push(
         mut self,
         walked: Walked,
+        scan: crate::ZeroScan,
         dest: &str,
         recursive: bool,
         many_sources: bool,
@@ -666,7 +699,9 @@ impl Connected {
             streams,
             false,
         )?;
-        let sources = Sources::new(walked.paths).stamped(&walked.entries);
+        let sources = Sources::new(walked.paths)
+            .stamped(&walked.entries)
+            .with_zeros(scan.finish());
         let (path, streams, window_bytes) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;

@@ -1,13 +1,18 @@
 //! Runs the sans-IO handshake of `secure` over a TCP connection: the
 //! cleartext preamble with its version check (P-1, P-2), then Noise XX
-//! (P-3). Read timeouts bound how long a silent or slow peer can hold us.
+//! (P-3), whose first two messages carry the client's wishes and the
+//! server's answer (a UDP port opened a round trip sooner, P-23). Read
+//! timeouts bound how long a silent or slow peer can hold us.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use secure::{ClientHandshake, Keypair, PublicKey, ServerHandshake, SessionKeys};
-use wire::{ConnKind, ErrorCode, Preamble, PreambleReply, PREAMBLE_LEN, PROTOCOL_VERSION};
+use wire::{
+    ConnKind, ErrorCode, HandshakeAnswer, HandshakeWishes, Preamble, PreambleReply, PREAMBLE_LEN,
+    PROTOCOL_VERSION,
+};
 
 use crate::error::TransferError;
 use crate::framed::{read_raw, write_raw};
@@ -21,6 +26,9 @@ pub struct Established {
     /// to receiving message two.
     pub rtt: Duration,
     pub peer: PublicKey,
+    /// The UDP port the server opened for this session in message two,
+    /// or 0 (P-23).
+    pub udp_port: u16,
 }
 
 fn hs_err(e: impl std::fmt::Display) -> TransferError {
@@ -53,10 +61,12 @@ fn io_err(what: &str) -> impl Fn(std::io::Error) -> TransferError + '_ {
     }
 }
 
-/// Client side. `check` decides whether the server's key is trusted.
+/// Client side. `check` decides whether the server's key is trusted;
+/// `wishes` go in message one.
 pub fn client(
     stream: &mut TcpStream,
     identity: &Keypair,
+    wishes: HandshakeWishes,
     check: impl FnOnce(&PublicKey) -> Result<(), TransferError>,
 ) -> Result<Established, TransferError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
@@ -75,7 +85,8 @@ pub fn client(
         accepted: true,
     };
     let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
-    let (mut hs, m1) = ClientHandshake::start(identity, &greeting).map_err(hs_err)?;
+    let (mut hs, m1) =
+        ClientHandshake::start(identity, &greeting, &wishes.encode()).map_err(hs_err)?;
     let mut opening = pre.encode().to_vec();
     opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
     opening.extend_from_slice(&m1);
@@ -105,8 +116,20 @@ pub fn client(
     }
     let m2 = read_raw(stream).map_err(io_err("handshaking"))?;
     let rtt = t0.elapsed();
-    let server_key = hs.read_reply(&m2).map_err(hs_err)?;
+    let (server_key, answer) = hs.read_reply(&m2).map_err(hs_err)?;
     check(&server_key)?;
+    let answer = HandshakeAnswer::decode(&answer).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the server's handshake answer is malformed: {e}"),
+        )
+    })?;
+    if answer.udp_port != 0 && !wishes.udp_port {
+        return Err(TransferError::new(
+            ErrorCode::Protocol,
+            "the server offered a UDP port nobody asked for",
+        ));
+    }
     let (m3, keys) = hs.finish().map_err(hs_err)?;
     write_raw(stream, &m3).map_err(io_err("handshaking"))?;
     stream.set_read_timeout(None).ok();
@@ -114,6 +137,7 @@ pub fn client(
         keys,
         rtt,
         peer: server_key,
+        udp_port: answer.udp_port,
     })
 }
 
@@ -129,10 +153,13 @@ pub fn read_preamble(stream: &mut TcpStream) -> Result<Preamble, TransferError> 
 }
 
 /// Server side, after [`read_preamble`] returned a control preamble.
+/// `open_udp` is called when the client wishes for a UDP port; it returns
+/// the port it opened, or 0.
 pub fn server(
     stream: &mut TcpStream,
     pre: &Preamble,
     key: &Keypair,
+    open_udp: impl FnOnce() -> u16,
 ) -> Result<Established, TransferError> {
     let accepted = pre.version == PROTOCOL_VERSION;
     let reply = PreambleReply {
@@ -154,11 +181,69 @@ pub fn server(
     let m1 = read_raw(stream).map_err(io_err("handshaking"))?;
     let t0 = Instant::now();
     let greeting = [&pre.encode()[..], &reply.encode()[..]].concat();
-    let (hs, m2) = ServerHandshake::respond(key, &greeting, &m1).map_err(hs_err)?;
+    let (mut hs, wishes) = ServerHandshake::respond(key, &greeting, &m1).map_err(hs_err)?;
+    let wishes = HandshakeWishes::decode(&wishes).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the client's handshake wishes are malformed: {e}"),
+        )
+    })?;
+    let udp_port = if wishes.udp_port { open_udp() } else { 0 };
+    let m2 = hs
+        .reply(&HandshakeAnswer { udp_port }.encode())
+        .map_err(hs_err)?;
     write_raw(stream, &m2).map_err(io_err("handshaking"))?;
     let m3 = read_raw(stream).map_err(io_err("handshaking"))?;
     let rtt = t0.elapsed();
     let (peer, keys) = hs.finish(&m3).map_err(hs_err)?;
     stream.set_read_timeout(None).ok();
-    Ok(Established { keys, rtt, peer })
+    Ok(Established {
+        keys,
+        rtt,
+        peer,
+        udp_port,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Runs both sides over loopback; the server opens "port" 4242 when
+    /// asked. Returns what each side ended with, and whether it opened.
+    fn run(wish: bool) -> (Established, Established, bool) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client_key, server_key) = (Keypair::generate(), Keypair::generate());
+        std::thread::scope(|scope| {
+            let server = scope.spawn(|| {
+                let (mut s, _) = listener.accept().unwrap();
+                let pre = read_preamble(&mut s).unwrap();
+                let mut opened = false;
+                let est = server(&mut s, &pre, &server_key, || {
+                    opened = true;
+                    4242
+                })
+                .unwrap();
+                (est, opened)
+            });
+            let mut c = TcpStream::connect(addr).unwrap();
+            let wishes = HandshakeWishes { udp_port: wish };
+            let est = client(&mut c, &client_key, wishes, |_| Ok(())).unwrap();
+            let (server_est, opened) = server.join().unwrap();
+            (est, server_est, opened)
+        })
+    }
+
+    #[test]
+    fn the_udp_port_is_opened_and_named_in_message_two_only_when_wished_for() {
+        let (c, s, opened) = run(true);
+        assert!(opened);
+        assert_eq!((c.udp_port, s.udp_port), (4242, 4242));
+        assert_eq!(c.keys.session_id(), s.keys.session_id());
+        let (c, s, opened) = run(false);
+        assert!(!opened, "a TCP-only client holds no port of the server's");
+        assert_eq!((c.udp_port, s.udp_port), (0, 0));
+    }
 }

@@ -33,6 +33,7 @@ pub mod progress;
 pub(crate) mod send_blocks;
 pub mod server;
 pub mod ssh;
+pub mod zero_scan;
 
 pub use client::{ClientConfig, Connected, Report, Route, ServerTrust, Transport, UdpReport};
 pub use dedup::ReceiveOptions;
@@ -40,6 +41,7 @@ pub use error::TransferError;
 pub use ports::PortRange;
 pub use progress::Progress;
 pub use server::{serve, ClientKeys, ServerConfig};
+pub use zero_scan::ZeroScan;
 
 /// Default TCP port of `haul serve`.
 pub const DEFAULT_PORT: u16 = 7050;

@@ -34,14 +34,24 @@ pub(crate) fn read_block(
     buf: &mut Vec<u8>,
     at: usize,
 ) -> Option<Read> {
-    buf.resize(at + block.len as usize, 0);
-    if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[at..]) {
-        sh.fail(e.into(), true);
-        return None;
-    }
-    // A block of zeros has a known hash (P-29): checking is far cheaper
-    // than hashing, and nearly every block fails the check at once.
-    let zero = codec::is_zero(&buf[at..]);
+    // A block the scan while connecting found all zeros is not read again,
+    // but its file is still checked as after a read.
+    let zero = if sources.known_zero(block.file, block.offset, block.len) {
+        if let Err(e) = sources.check_unchanged(block.file) {
+            sh.fail(e.into(), true);
+            return None;
+        }
+        true
+    } else {
+        buf.resize(at + block.len as usize, 0);
+        if let Err(e) = sources.read_block(block.file, block.offset, &mut buf[at..]) {
+            sh.fail(e.into(), true);
+            return None;
+        }
+        // A block of zeros has a known hash (P-29): checking is far
+        // cheaper than hashing, and nearly every block fails it at once.
+        codec::is_zero(&buf[at..])
+    };
     let hash = if zero {
         session::zero_hash(block.len)
     } else {

@@ -278,7 +278,18 @@ impl Server {
         pre: &wire::Preamble,
         greeting: Greeting,
     ) -> Result<String, TransferError> {
-        let est = handshake::server(&mut stream, pre, &self.cfg.key);
+        // A client that may take the UDP channel wishes for its socket in
+        // message one: it is opened on the address the client reached us
+        // at, and its port named in message two, so the client's hello
+        // rides behind message three (P-23).
+        let local = stream.local_addr();
+        let mut udp = None;
+        let est = handshake::server(&mut stream, pre, &self.cfg.key, || {
+            udp = self.open_udp(local);
+            udp.as_ref()
+                .and_then(|c: &udp::UdpChannel| c.local_addr().ok())
+                .map_or(0, |a| a.port())
+        });
         drop(greeting);
         let est = est?;
         let progress = Arc::new(Progress::default());
@@ -416,25 +427,9 @@ impl Server {
             Side::Send(..) => false,
         };
         let session_id = est.keys.session_id();
-        // A UDP socket on the address the client reached us at.
-        let udp = if req.transport == TRANSPORT_UDP {
-            let bound = ctrl_r.get_ref().local_addr().and_then(|a| {
-                crate::ports::PortRange::bind(self.cfg.data_ports, a.ip(), udp::UdpChannel::bind)
-            });
-            match bound {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    tracing::warn!("cannot open a UDP socket for the data channel: {e}");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let udp_port = udp
-            .as_ref()
-            .and_then(|c| c.local_addr().ok())
-            .map_or(0, |a| a.port());
+        // The socket opened in the handshake serves a UDP request only.
+        let udp = udp.filter(|_| req.transport == TRANSPORT_UDP);
+        let udp_port = udp.as_ref().map_or(0, |_| est.udp_port);
         let (tx, rx) = mpsc::channel();
         let joinable = Joinable {
             keys: est.keys.clone(),
@@ -527,6 +522,17 @@ impl Server {
 }
 
 impl Server {
+    /// A UDP socket for a session's data channel, on the local address of
+    /// its control connection, inside `--data-ports` if given (P-23).
+    fn open_udp(&self, local: std::io::Result<SocketAddr>) -> Option<udp::UdpChannel> {
+        let bound = local.and_then(|a| {
+            crate::ports::PortRange::bind(self.cfg.data_ports, a.ip(), udp::UdpChannel::bind)
+        });
+        bound
+            .inspect_err(|e| tracing::warn!("cannot open a UDP socket for the data channel: {e}"))
+            .ok()
+    }
+
     /// After a UDP request: answer the client's hello and probes (if a UDP
     /// socket could be opened) until it says, on the control connection,
     /// which transport to use (P-23).

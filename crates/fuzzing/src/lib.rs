@@ -47,12 +47,19 @@ pub fn packed(d: &[u8]) {
     let _ = wire::packed::split(d);
 }
 
-/// The cleartext preamble and its reply (P-1, P-2).
+/// The cleartext preamble and its reply (P-1, P-2), and the handshake's
+/// wishes and answer (P-3).
 pub fn preamble(d: &[u8]) {
     if let Ok(p) = wire::Preamble::decode(d) {
         assert_eq!(wire::Preamble::decode(&p.encode()), Ok(p));
     }
     let _ = wire::PreambleReply::decode(d);
+    if let Ok(w) = wire::HandshakeWishes::decode(d) {
+        assert_eq!(&w.encode()[..], d);
+    }
+    if let Ok(a) = wire::HandshakeAnswer::decode(d) {
+        assert_eq!(&a.encode()[..], d);
+    }
 }
 
 /// A data frame's block header (P-10).
@@ -128,9 +135,14 @@ fn keypair() -> &'static secure::Keypair {
 /// message one.
 pub fn handshake(d: &[u8]) {
     let k = keypair();
-    let _ = secure::ServerHandshake::respond(k, b"greeting", d);
-    if let Ok((mut client, msg1)) = secure::ClientHandshake::start(k, b"greeting") {
-        let _ = client.read_reply(d);
+    if let Ok((_, wishes)) = secure::ServerHandshake::respond(k, b"greeting", d) {
+        let _ = wire::HandshakeWishes::decode(&wishes);
+    }
+    let wishes = wire::HandshakeWishes { udp_port: true }.encode();
+    if let Ok((mut client, msg1)) = secure::ClientHandshake::start(k, b"greeting", &wishes) {
+        if let Ok((_, answer)) = client.read_reply(d) {
+            let _ = wire::HandshakeAnswer::decode(&answer);
+        }
         if let Ok((server, _)) = secure::ServerHandshake::respond(k, b"greeting", &msg1) {
             let _ = server.finish(d);
         }

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! client                                   server
-//!   msg1: -> e                      ────────▶
-//!                                   ◀──────── msg2: <- e, ee, s, es  [server random]
+//!   msg1: -> e  [client's wishes]   ────────▶
+//!                                   ◀──────── msg2: <- e, ee, s, es  [server random, answer]
 //!   (client checks the server key against its pins)
 //!   msg3: -> s, se  [client random] ────────▶
 //!                                             (server checks authorized keys)
@@ -15,6 +15,10 @@
 //! (each sent encrypted under the ephemeral keys) and the handshake hash.
 //! Every connection of the session derives its own per-direction keys from
 //! it, so data connections need no handshake of their own.
+//!
+//! Message one's payload (cleartext, but bound into the transcript) and
+//! the part of message two's after the server random (encrypted) are the
+//! caller's: haul asks for and offers a UDP port there (P-3, P-23).
 
 use thiserror::Error;
 
@@ -24,6 +28,8 @@ use crate::keys::{Keypair, PublicKey};
 pub const NOISE_PATTERN: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"haul handshake v1";
 const MAX_MSG: usize = 1024;
+/// Longest caller payload in message one, or after the random in message two.
+pub const MAX_EXTRA: usize = 64;
 
 #[derive(Debug, Error)]
 pub enum HandshakeError {
@@ -137,15 +143,21 @@ pub struct ClientHandshake {
 
 impl ClientHandshake {
     /// Starts a handshake; returns the state and message one to send.
-    /// `greeting` is the cleartext exchanged before it (preamble, reply).
+    /// `greeting` is the cleartext exchanged before it (preamble, reply);
+    /// `wishes` is message one's payload (at most [`MAX_EXTRA`] bytes), in
+    /// clear but bound into the transcript.
     pub fn start(
         local: &Keypair,
         greeting: &[u8],
+        wishes: &[u8],
     ) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
+        if wishes.len() > MAX_EXTRA {
+            return Err(HandshakeError::Malformed("message one's payload too long"));
+        }
         let p = prologue(greeting);
         let mut hs = builder(local, &p)?.build_initiator()?;
         let mut out = vec![0u8; MAX_MSG];
-        let n = hs.write_message(&[], &mut out)?;
+        let n = hs.write_message(wishes, &mut out)?;
         out.truncate(n);
         Ok((
             ClientHandshake {
@@ -157,12 +169,17 @@ impl ClientHandshake {
     }
 
     /// Reads message two; returns the server's static key, which the caller
-    /// must check against its pins before calling [`Self::finish`].
-    pub fn read_reply(&mut self, msg2: &[u8]) -> Result<PublicKey, HandshakeError> {
+    /// must check against its pins before calling [`Self::finish`], and the
+    /// server's answer (what followed its random; trust it only once the
+    /// key is).
+    pub fn read_reply(&mut self, msg2: &[u8]) -> Result<(PublicKey, Vec<u8>), HandshakeError> {
         let mut payload = vec![0u8; MAX_MSG];
         let n = self.hs.read_message(msg2, &mut payload)?;
-        self.server_random = Some(take32(&payload[..n])?);
-        remote_static(&self.hs)
+        if !(32..=32 + MAX_EXTRA).contains(&n) {
+            return Err(HandshakeError::Malformed("payload length"));
+        }
+        self.server_random = Some(take32(&payload[..32])?);
+        Ok((remote_static(&self.hs)?, payload[32..n].to_vec()))
     }
 
     /// Writes message three, which proves the client's identity.
@@ -189,8 +206,9 @@ pub struct ServerHandshake {
 }
 
 impl ServerHandshake {
-    /// Reads message one; returns the state and message two to send.
-    /// `greeting` is the cleartext exchanged before it (preamble, reply).
+    /// Reads message one; returns the state and the client's wishes (its
+    /// payload), to be answered with [`Self::reply`]. `greeting` is the
+    /// cleartext exchanged before it (preamble, reply).
     pub fn respond(
         local: &Keypair,
         greeting: &[u8],
@@ -198,16 +216,27 @@ impl ServerHandshake {
     ) -> Result<(ServerHandshake, Vec<u8>), HandshakeError> {
         let p = prologue(greeting);
         let mut hs = builder(local, &p)?.build_responder()?;
-        let mut scratch = vec![0u8; MAX_MSG];
-        let n = hs.read_message(msg1, &mut scratch)?;
-        if n != 0 {
-            return Err(HandshakeError::Malformed("message one carries a payload"));
+        let mut wishes = vec![0u8; MAX_MSG];
+        let n = hs.read_message(msg1, &mut wishes)?;
+        if n > MAX_EXTRA {
+            return Err(HandshakeError::Malformed("message one's payload too long"));
         }
+        wishes.truncate(n);
         let server_random = random32();
+        Ok((ServerHandshake { hs, server_random }, wishes))
+    }
+
+    /// Writes message two: the server's keys, its random and `answer`
+    /// (at most [`MAX_EXTRA`] bytes, encrypted).
+    pub fn reply(&mut self, answer: &[u8]) -> Result<Vec<u8>, HandshakeError> {
+        if answer.len() > MAX_EXTRA {
+            return Err(HandshakeError::Malformed("message two's answer too long"));
+        }
+        let payload = [&self.server_random[..], answer].concat();
         let mut out = vec![0u8; MAX_MSG];
-        let n = hs.write_message(&server_random, &mut out)?;
+        let n = self.hs.write_message(&payload, &mut out)?;
         out.truncate(n);
-        Ok((ServerHandshake { hs, server_random }, out))
+        Ok(out)
     }
 
     /// Reads message three; returns the client's static key (the caller
@@ -237,9 +266,12 @@ mod tests {
         client: &Keypair,
         server: &Keypair,
     ) -> Result<(PublicKey, PublicKey, SessionKeys, SessionKeys), HandshakeError> {
-        let (mut c, m1) = ClientHandshake::start(client, b"greeting")?;
-        let (s, m2) = ServerHandshake::respond(server, b"greeting", &m1)?;
-        let server_seen = c.read_reply(&m2)?;
+        let (mut c, m1) = ClientHandshake::start(client, b"greeting", &[1])?;
+        let (mut s, wishes) = ServerHandshake::respond(server, b"greeting", &m1)?;
+        assert_eq!(wishes, [1]);
+        let m2 = s.reply(&[7, 0])?;
+        let (server_seen, answer) = c.read_reply(&m2)?;
+        assert_eq!(answer, [7, 0]);
         let (m3, ck) = c.finish()?;
         let (client_seen, sk) = s.finish(&m3)?;
         Ok((server_seen, client_seen, ck, sk))
@@ -277,16 +309,18 @@ mod tests {
     #[test]
     fn different_greetings_fail_the_handshake() {
         let (c, s) = (Keypair::generate(), Keypair::generate());
-        let (mut ch, m1) = ClientHandshake::start(&c, b"HAUL v1").unwrap();
-        let (_, m2) = ServerHandshake::respond(&s, b"HAUL v2", &m1).unwrap();
+        let (mut ch, m1) = ClientHandshake::start(&c, b"HAUL v1", &[]).unwrap();
+        let (mut sh, _) = ServerHandshake::respond(&s, b"HAUL v2", &m1).unwrap();
+        let m2 = sh.reply(&[]).unwrap();
         assert!(ch.read_reply(&m2).is_err());
     }
 
     #[test]
     fn tampered_message_two_fails() {
         let (c, s) = (Keypair::generate(), Keypair::generate());
-        let (mut ch, m1) = ClientHandshake::start(&c, b"g").unwrap();
-        let (_, mut m2) = ServerHandshake::respond(&s, b"g", &m1).unwrap();
+        let (mut ch, m1) = ClientHandshake::start(&c, b"g", &[]).unwrap();
+        let (mut sh, _) = ServerHandshake::respond(&s, b"g", &m1).unwrap();
+        let mut m2 = sh.reply(&[]).unwrap();
         let last = m2.len() - 1;
         m2[last] ^= 1;
         assert!(ch.read_reply(&m2).is_err());
@@ -297,8 +331,19 @@ mod tests {
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
             let s = Keypair::generate();
             let _ = ServerHandshake::respond(&s, b"g", &b);
-            let (mut ch, _) = ClientHandshake::start(&s, b"g").unwrap();
+            let (mut ch, _) = ClientHandshake::start(&s, b"g", &[]).unwrap();
             let _ = ch.read_reply(&b);
         }
+    }
+
+    #[test]
+    fn payloads_past_their_bound_are_refused_both_ways() {
+        let (c, s) = (Keypair::generate(), Keypair::generate());
+        let long = [0u8; MAX_EXTRA + 1];
+        assert!(ClientHandshake::start(&c, b"g", &long).is_err());
+        let (_, m1) = ClientHandshake::start(&c, b"g", &long[..MAX_EXTRA]).unwrap();
+        let (mut sh, wishes) = ServerHandshake::respond(&s, b"g", &m1).unwrap();
+        assert_eq!(wishes.len(), MAX_EXTRA);
+        assert!(sh.reply(&long).is_err());
     }
 }

@@ -1,8 +1,10 @@
 //! Reads blocks of source files by entry id, keeping recently used files
 //! open so a large file is opened once, not once per block, and checks
 //! after each read that the file is still the one the manifest listed.
+//! Blocks found all zeros before the session started (a scan while the
+//! connection is set up) are known as such and need no second read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
@@ -25,6 +27,8 @@ pub struct Sources {
     paths: Vec<PathBuf>,
     stamps: HashMap<u32, Stamp>,
     open: Mutex<HashMap<u32, Arc<File>>>,
+    /// Blocks (entry id, offset, length) already read and found all zeros.
+    zeros: HashSet<(u32, u64, u32)>,
 }
 
 impl Sources {
@@ -34,7 +38,21 @@ impl Sources {
             paths,
             stamps: HashMap::new(),
             open: Mutex::new(HashMap::new()),
+            zeros: HashSet::new(),
         }
+    }
+
+    /// Notes blocks (entry id, offset, length) read before and found all
+    /// zeros, so [`Self::known_zero`] spares reading them again.
+    pub fn with_zeros(mut self, zeros: HashSet<(u32, u64, u32)>) -> Sources {
+        self.zeros = zeros;
+        self
+    }
+
+    /// Whether the block of `len` bytes at `offset` of entry `id` was found
+    /// all zeros before. The caller still checks [`Self::check_unchanged`].
+    pub fn known_zero(&self, id: u32, offset: u64, len: u32) -> bool {
+        self.zeros.contains(&(id, offset, len))
     }
 
     /// Checks every read of the files among `entries` against the size and
@@ -81,21 +99,7 @@ impl Sources {
     pub fn read_block(&self, id: u32, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         let f = self.file(id)?;
         let read = f.read_exact_at(buf, offset);
-        if let Some(&(size, secs, nsec)) = self.stamps.get(&id) {
-            let now = f
-                .metadata()
-                .map(|m| (m.size(), m.mtime(), m.mtime_nsec() as u32));
-            if now.is_ok_and(|n| n != (size, secs, nsec)) {
-                let path = self.path(id).cloned().unwrap_or_default();
-                return Err(StoreError::new(
-                    StoreErrorKind::Other,
-                    format!(
-                        "source file {} {CHANGED} (its size or modification time moved)",
-                        path.display()
-                    ),
-                ));
-            }
-        }
+        self.unchanged(id, &f)?;
         read.map_err(|e| {
             let path = self.path(id).cloned().unwrap_or_default();
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -110,5 +114,31 @@ impl Sources {
                 StoreError::io("read", &path, &e)
             }
         })
+    }
+
+    /// Checks that entry `id` still has the size and modification time it
+    /// was listed with, as after every read.
+    pub fn check_unchanged(&self, id: u32) -> Result<(), StoreError> {
+        self.unchanged(id, &*self.file(id)?)
+    }
+
+    fn unchanged(&self, id: u32, f: &File) -> Result<(), StoreError> {
+        let Some(&(size, secs, nsec)) = self.stamps.get(&id) else {
+            return Ok(());
+        };
+        let now = f
+            .metadata()
+            .map(|m| (m.size(), m.mtime(), m.mtime_nsec() as u32));
+        if now.is_ok_and(|n| n != (size, secs, nsec)) {
+            let path = self.path(id).cloned().unwrap_or_default();
+            return Err(StoreError::new(
+                StoreErrorKind::Other,
+                format!(
+                    "source file {} {CHANGED} (its size or modification time moved)",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(())
     }
 }

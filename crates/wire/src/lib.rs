@@ -25,7 +25,10 @@ pub use msg::{CACHE_FILE, DELETED_PER_MESSAGE, HAVE_PER_MESSAGE, MAX_PATH_LEN};
 pub use msg::{COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD};
 pub use msg::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY};
 pub use msg::{TRANSPORT_TCP, TRANSPORT_UDP};
-pub use preamble::{ConnKind, Preamble, PreambleReply, MAGIC, PREAMBLE_LEN, PROTOCOL_VERSION};
+pub use preamble::{
+    ConnKind, HandshakeAnswer, HandshakeWishes, Preamble, PreambleReply, MAGIC, PREAMBLE_LEN,
+    PROTOCOL_VERSION,
+};
 
 /// Largest sealed frame body a peer may announce (P-4): a block of at most
 /// [`MAX_BLOCK_SIZE`] plus room for its header. The length never includes

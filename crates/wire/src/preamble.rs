@@ -13,8 +13,11 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// Version 2 added the UDP data channel (P-23); version 3 the request's
 /// options byte (rsync's trailing-slash rule, `-p`, P-8) and the ssh start
 /// (P-27, P-28); version 4 deduplication and sync (P-31, P-32); version 5
-/// bundles of small files (P-33).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// bundles of small files (P-33); version 6 packed control messages
+/// (P-34); version 7 block-exact resume (P-35); version 8 the handshake's
+/// wishes and answer, which offer the UDP port a round trip sooner (P-3,
+/// P-23).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
@@ -123,6 +126,66 @@ impl PreambleReply {
     }
 }
 
+/// Message one's payload (P-3): what the client asks of the server before
+/// the session exists. Cleartext, but bound into the handshake transcript.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HandshakeWishes {
+    /// Open a UDP socket for this session now, and name its port in
+    /// message two, so the client's hello can ride behind message three
+    /// (P-23).
+    pub udp_port: bool,
+}
+
+impl HandshakeWishes {
+    pub const LEN: usize = 1;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        [self.udp_port as u8]
+    }
+
+    /// Exactly one byte; a bit other than bit 0 is refused.
+    pub fn decode(b: &[u8]) -> Result<HandshakeWishes, DecodeError> {
+        let mut r = Reader::new(b);
+        let udp_port = match r.u8()? {
+            0 => false,
+            1 => true,
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "handshake wish",
+                    tag,
+                })
+            }
+        };
+        r.finish()?;
+        Ok(HandshakeWishes { udp_port })
+    }
+}
+
+/// What follows the server's random in message two (P-3): its answer to
+/// the client's wishes. Encrypted, and trusted once the server's key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HandshakeAnswer {
+    /// The UDP port opened for this session, or 0: none asked for, or
+    /// none could be opened (P-23).
+    pub udp_port: u16,
+}
+
+impl HandshakeAnswer {
+    pub const LEN: usize = 2;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        self.udp_port.to_le_bytes()
+    }
+
+    /// Exactly two bytes.
+    pub fn decode(b: &[u8]) -> Result<HandshakeAnswer, DecodeError> {
+        let mut r = Reader::new(b);
+        let udp_port = r.u16()?;
+        r.finish()?;
+        Ok(HandshakeAnswer { udp_port })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +205,21 @@ mod tests {
             accepted: false,
         };
         assert_eq!(PreambleReply::decode(&r.encode()).unwrap(), r);
+        for udp_port in [false, true] {
+            let w = HandshakeWishes { udp_port };
+            assert_eq!(HandshakeWishes::decode(&w.encode()).unwrap(), w);
+        }
+        let a = HandshakeAnswer { udp_port: 40123 };
+        assert_eq!(HandshakeAnswer::decode(&a.encode()).unwrap(), a);
+    }
+
+    #[test]
+    fn handshake_payloads_have_one_encoding() {
+        assert!(HandshakeWishes::decode(&[]).is_err());
+        assert!(HandshakeWishes::decode(&[2]).is_err());
+        assert!(HandshakeWishes::decode(&[1, 0]).is_err());
+        assert!(HandshakeAnswer::decode(&[1]).is_err());
+        assert!(HandshakeAnswer::decode(&[1, 2, 3]).is_err());
     }
 
     #[test]
@@ -154,6 +232,16 @@ mod tests {
         fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Preamble::decode(&b);
             let _ = PreambleReply::decode(&b);
+        }
+
+        #[test]
+        fn handshake_payloads_decode_to_what_they_encode(b in proptest::collection::vec(any::<u8>(), 0..8)) {
+            if let Ok(w) = HandshakeWishes::decode(&b) {
+                prop_assert_eq!(&w.encode()[..], &b[..]);
+            }
+            if let Ok(a) = HandshakeAnswer::decode(&b) {
+                prop_assert_eq!(&a.encode()[..], &b[..]);
+            }
         }
     }
 }

@@ -24,20 +24,29 @@ const BACKLOG: usize = 4096;
 #[derive(Debug)]
 pub struct SetupFailed(pub String);
 
-/// Client: hello, then the largest payload both directions carry.
-pub fn client(
+/// A hello the client has sent, with what set-up goes on from.
+pub struct Hello {
+    /// The server's UDP address, which the channel is connected to.
+    server: SocketAddr,
+    /// Candidate payload sizes, largest first.
+    sizes: Vec<usize>,
+    /// The next set-up sequence number.
+    seq: u64,
+    sent: Instant,
+}
+
+/// Client: connects the channel to the server's UDP port and sends the
+/// hello with the largest probe behind it. It may go before the server
+/// has accepted the request: the server answers once it has (P-23).
+pub fn client_hello(
     channel: &mut UdpChannel,
     server: SocketAddr,
     session: [u8; 16],
     send_key: &DatagramKey,
-    recv_key: &DatagramKey,
-    rtt: Duration,
-) -> Result<usize, SetupFailed> {
+) -> Result<Hello, SetupFailed> {
     channel
         .connect(server)
         .map_err(|e| SetupFailed(format!("cannot reach UDP port {server}: {e}")))?;
-    let mut seq = 0u64;
-    let mut batch = RecvBatch::default();
     // Path MTU candidates: the route's, capped at jumbo size, then the
     // 1500-byte Ethernet size, then the IPv6 minimum.
     let overhead = channel.header_overhead();
@@ -48,10 +57,48 @@ pub fn client(
             sizes.push(s);
         }
     }
+    let mut hello = Hello {
+        server,
+        sizes,
+        seq: 0,
+        sent: Instant::now(),
+    };
+    send_hello(channel, &mut hello, session, send_key);
+    Ok(hello)
+}
+
+/// The hello and, right behind it, the largest probe, so a path that
+/// carries it costs no extra round trip. A probe that fails to send
+/// locally is ignored here.
+fn send_hello(channel: &UdpChannel, h: &mut Hello, session: [u8; 16], send_key: &DatagramKey) {
+    for sig in [Signal::Hello(session), Signal::Probe(h.sizes[0] as u16)] {
+        let d = seal_signal(send_key, h.seq, &sig);
+        h.seq += 1;
+        let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+    }
+    h.sent = Instant::now();
+}
+
+/// Client, once the server has accepted: waits for the hello's answer
+/// (sending it again now and then), then finds the largest payload both
+/// directions carry.
+pub fn client(
+    channel: &mut UdpChannel,
+    mut hello: Hello,
+    session: [u8; 16],
+    send_key: &DatagramKey,
+    recv_key: &DatagramKey,
+    rtt: Duration,
+) -> Result<usize, SetupFailed> {
+    let server = hello.server;
+    let mut batch = RecvBatch::default();
     let patience = (rtt * 10).max(Duration::from_secs(3));
     let resend = (rtt * 2).max(Duration::from_millis(200));
-    let deadline = Instant::now() + patience;
-    let mut next_hello = Instant::now();
+    let accepted = Instant::now();
+    let deadline = accepted + patience;
+    // The server answers a hello that waited for its acceptance right
+    // behind it: allow that answer half a round trip before sending again.
+    let mut next_hello = (hello.sent + resend).max(accepted + rtt / 2);
     let (mut welcomed, mut largest_echoed) = (false, false);
     while !welcomed {
         let now = Instant::now();
@@ -62,13 +109,7 @@ pub fn client(
             )));
         }
         if now >= next_hello {
-            // The largest probe rides right behind the hello, so a path
-            // that carries it costs no extra round trip.
-            for sig in [Signal::Hello(session), Signal::Probe(sizes[0] as u16)] {
-                let d = seal_signal(send_key, seq, &sig);
-                seq += 1;
-                let _ = channel.send(&d, d.len(), Duration::from_millis(100));
-            }
+            send_hello(channel, &mut hello, session, send_key);
             next_hello = now + resend;
         }
         let wait = next_hello.min(deadline).saturating_duration_since(now);
@@ -81,11 +122,12 @@ pub fn client(
                 Some(Opened::Signal {
                     signal: Signal::ProbeAck(n),
                     ..
-                }) => largest_echoed |= n as usize == sizes[0],
+                }) => largest_echoed |= n as usize == hello.sizes[0],
                 _ => {}
             });
         }
     }
+    let (sizes, mut seq) = (hello.sizes, hello.seq);
     if largest_echoed {
         return Ok(sizes[0]);
     }
@@ -198,6 +240,18 @@ mod tests {
         )
     }
 
+    /// The client's whole set-up: hello, then its answer and the probes.
+    fn set_up(
+        c: &mut UdpChannel,
+        server: SocketAddr,
+        session: [u8; 16],
+        (c2s, s2c): (&DatagramKey, &DatagramKey),
+        rtt: Duration,
+    ) -> Result<usize, SetupFailed> {
+        let hello = client_hello(c, server, session, c2s)?;
+        client(c, hello, session, c2s, s2c, rtt)
+    }
+
     #[test]
     fn hello_and_probe_over_loopback() {
         let (c2s, s2c) = keys();
@@ -207,8 +261,14 @@ mod tests {
         std::thread::scope(|scope| {
             let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
             let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let payload = client(&mut c, addr, [7; 16], &c2s, &s2c, Duration::from_millis(1))
-                .expect("set-up succeeds");
+            let payload = set_up(
+                &mut c,
+                addr,
+                [7; 16],
+                (&c2s, &s2c),
+                Duration::from_millis(1),
+            )
+            .expect("set-up succeeds");
             // Loopback's MTU is large: the jumbo size is chosen.
             assert_eq!(payload, 9000 - 28);
             stop.store(true, Ordering::Release);
@@ -224,12 +284,11 @@ mod tests {
         let silent = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let t0 = Instant::now();
-        let e = client(
+        let e = set_up(
             &mut c,
             silent.local_addr().unwrap(),
             [7; 16],
-            &c2s,
-            &s2c,
+            (&c2s, &s2c),
             Duration::ZERO,
         )
         .unwrap_err();
@@ -246,9 +305,40 @@ mod tests {
         std::thread::scope(|scope| {
             let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
             let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            assert!(client(&mut c, addr, [8; 16], &c2s, &s2c, Duration::ZERO).is_err());
+            assert!(set_up(&mut c, addr, [8; 16], (&c2s, &s2c), Duration::ZERO).is_err());
             stop.store(true, Ordering::Release);
             assert_eq!(h.join().unwrap().0.peer(), None);
+        });
+    }
+
+    /// The hello leaves before the server accepts (P-23, version 8): it
+    /// waits in the socket's buffer, and the responder answers it as soon
+    /// as it runs, with no second hello.
+    #[test]
+    fn a_hello_sent_before_the_server_accepts_is_answered_when_it_does() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let hello = client_hello(&mut c, addr, [7; 16], &c2s).unwrap();
+        // The request is on its way and the server walks its tree.
+        std::thread::sleep(Duration::from_millis(100));
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
+            // A 1 s round trip: a second hello would wait 2 s after the first.
+            let accepted = Instant::now();
+            let payload = client(&mut c, hello, [7; 16], &c2s, &s2c, Duration::from_secs(1))
+                .expect("set-up succeeds");
+            assert_eq!(payload, 9000 - 28);
+            assert!(
+                accepted.elapsed() < Duration::from_secs(1),
+                "answered from the first hello, took {:?}",
+                accepted.elapsed()
+            );
+            stop.store(true, Ordering::Release);
+            let (server, _) = h.join().unwrap();
+            assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
         });
     }
 }
