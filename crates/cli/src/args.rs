@@ -36,6 +36,52 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create a keypair and print its public key.
     Keygen(KeygenArgs),
+    /// Check this host against the path it is to fill: socket buffers,
+    /// congestion control, UDP buffers, MTUs, CPU, free disk; each line
+    /// OK or WARN with the setting to apply and why.
+    Doctor(DoctorArgs),
+    /// Sample files and tell how well they compress, how much is zeros,
+    /// and the goodput each --compress mode would reach on a link.
+    Taste(TasteArgs),
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Round-trip time of the path, in milliseconds (default: 150).
+    #[arg(long, value_name = "MS")]
+    pub rtt: Option<f64>,
+    /// Rate of the path in bits per second: 1G, 500M (default: 1G).
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<u64>,
+    /// Directory the data is to land in, for its free space.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub dest: PathBuf,
+    /// Bytes to be written there: 500G, 2T.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Print the checks as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct TasteArgs {
+    /// Files or directories (read recursively) to sample.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Link rate to estimate for, in bits per second (default: 100M, 1G
+    /// and 10G).
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<u64>,
+    /// Bytes to sample, spread evenly over the data.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub sample: u64,
+    /// Cores at the receiving end (default: as many as here).
+    #[arg(long, value_name = "N")]
+    pub peer_cores: Option<usize>,
+    /// Print the tasting as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const CP_HELP: &str = "\

@@ -3,11 +3,13 @@
 
 mod args;
 mod cp;
+mod doctor;
 mod exit;
 mod home;
 mod location;
 mod report;
 mod serve;
+mod taste;
 
 use clap::Parser;
 
@@ -21,6 +23,8 @@ fn main() {
         }
         args::Command::Serve(a) => serve::run(a),
         args::Command::Keygen(a) => serve::keygen(a),
+        args::Command::Doctor(a) => doctor::run(a),
+        args::Command::Taste(a) => taste::run(a),
     };
     std::process::exit(code);
 }

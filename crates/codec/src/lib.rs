@@ -7,6 +7,8 @@
 //! - [`policy`]: the `--compress auto` policy, which decides per block,
 //!   from live measurements of the link and of both ends' codec speeds,
 //!   whether compressing it raises goodput, and with what.
+//! - [`taste`]: `haul taste`, the same model applied to a sample of the
+//!   user's data for every mode at once, before any transfer.
 //!
 //! Everything here is computation on bytes; the policy never reads a clock
 //! (callers pass in the times they measured), so it is tested with
@@ -16,6 +18,7 @@ pub mod compress;
 pub mod estimate;
 pub mod policy;
 pub mod samples;
+pub mod taste;
 pub mod zero;
 
 pub use compress::{Codec, CodecError, Coder};
