@@ -418,23 +418,13 @@ pub fn run(a: DoctorArgs) -> i32 {
     0
 }
 
+/// The exact number, for the fixes, and its size in words.
 fn bytes(b: u64) -> String {
-    let mib = b as f64 / (1u64 << 20) as f64;
-    if mib >= 1024.0 {
-        format!("{b} ({:.1} GiB)", mib / 1024.0)
-    } else if mib >= 1.0 {
-        format!("{b} ({mib:.1} MiB)")
-    } else {
-        format!("{b}")
-    }
+    format!("{b} ({})", crate::report::bytes(b))
 }
 
 fn rate_name(bits: f64) -> String {
-    if bits >= 1e9 {
-        format!("{:.1} Gbit/s", bits / 1e9)
-    } else {
-        format!("{:.0} Mbit/s", bits / 1e6)
-    }
+    crate::report::bits_per_sec(bits)
 }
 
 #[cfg(test)]
@@ -480,7 +470,7 @@ mod tests {
             r.fix.as_deref().unwrap().split_whitespace().nth(2),
             Some("net.core.rmem_max=37500000")
         );
-        assert!(r.why.contains("112 Mbit/s"), "{}", r.why);
+        assert!(r.why.contains("111.8 Mbit/s"), "{}", r.why);
         // tcp_rmem's 32 MiB is short of 37.5 MB too; its fix keeps the
         // first two values.
         let t = find(&list, "net.ipv4.tcp_rmem");

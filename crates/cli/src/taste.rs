@@ -102,9 +102,9 @@ fn taste(a: &TasteArgs) -> Result<(), driver::TransferError> {
     }
     println!(
         "{} sampled from {} files ({}); {:.1}% in all-zero blocks (never sent)",
-        mib(tasting.bytes()),
+        crate::report::bytes(tasting.bytes()),
         files.len(),
-        mib(total),
+        crate::report::bytes(total),
         tasting.zero_fraction() * 100.0
     );
     println!("\ncodec     ratio   compress/core  decompress/core");
@@ -230,10 +230,6 @@ fn read_joined(
 
 fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
 }
 
 fn speed(bps: f64) -> String {

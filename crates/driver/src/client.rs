@@ -658,7 +658,6 @@ impl Connected {
     /// Sends local sources to `dest` on the server. `contents`: a source
     /// named a directory's contents (`dir/`, P-8). `scan` has looked for
     /// zero blocks since before the connection was made.
-    #[allow(clippy::too_many_arguments)]
     pub fn push(
         mut self,
         walked: Walked,
