@@ -103,8 +103,7 @@ impl Tasting {
     /// Each codec over the blocks that are not zeros; `None` if all are.
     pub fn codec(&self, codec: Codec) -> Option<CodecTaste> {
         let (mut len, mut out, mut c, mut d) = (0f64, 0f64, 0f64, 0f64);
-        for t in self.trials_of(codec) {
-            let (b, t) = t;
+        for (b, t) in self.trials_of(codec) {
             len += b.len as f64;
             out += t.out as f64;
             c += t.compress.as_secs_f64();

@@ -236,6 +236,15 @@ pub struct Connected {
     progress: Arc<Progress>,
 }
 
+/// The client's UDP socket once its hello has gone (P-23), with the
+/// session's datagram keys.
+struct HelloSent {
+    channel: udp::UdpChannel,
+    hello: setup::Hello,
+    send_key: secure::DatagramKey,
+    recv_key: secure::DatagramKey,
+}
+
 /// Streams to open when the user gave no `--streams` (documented in
 /// docs/ARCHITECTURE.md): enough that per-stream windows cover the
 /// bandwidth-delay product of the rate we aim for (the `--rate` cap, else
@@ -593,7 +602,7 @@ impl Connected {
 
     /// Opens the client's UDP socket and sends the hello to the port the
     /// server opened in the handshake (P-23).
-    fn udp_hello(&self) -> Result<(udp::UdpChannel, setup::Hello), String> {
+    fn udp_hello(&self) -> Result<HelloSent, String> {
         if self.udp_port == 0 {
             return Err("the server offered no UDP port".into());
         }
@@ -604,19 +613,26 @@ impl Connected {
             "0.0.0.0:0".parse().expect("literal")
         };
         let mut channel = udp::UdpChannel::bind(local).map_err(|e| e.to_string())?;
-        let (send_key, _) = datagram::keys(&self.keys, self.cfg.protection, true);
+        let (send_key, recv_key) = datagram::keys(&self.keys, self.cfg.protection, true);
         let hello = setup::client_hello(&mut channel, server, self.keys.session_id(), &send_key)
             .map_err(|e| e.0)?;
-        Ok((channel, hello))
+        Ok(HelloSent {
+            channel,
+            hello,
+            send_key,
+            recv_key,
+        })
     }
 
     /// Sets up the UDP channel once the server accepted: the hello's
     /// answer, path-MTU probes, buffers sized to the path.
-    fn udp_setup(
-        &self,
-        (mut channel, hello): (udp::UdpChannel, setup::Hello),
-    ) -> Result<UdpLink, String> {
-        let (send_key, recv_key) = datagram::keys(&self.keys, self.cfg.protection, true);
+    fn udp_setup(&self, sent: HelloSent) -> Result<UdpLink, String> {
+        let HelloSent {
+            mut channel,
+            hello,
+            send_key,
+            recv_key,
+        } = sent;
         let payload = setup::client(
             &mut channel,
             hello,
