@@ -43,14 +43,58 @@ pub enum Command {
     /// Sample files and tell how well they compress, how much is zeros,
     /// and the goodput each --compress mode would reach on a link.
     Taste(TasteArgs),
+    /// Measure the path to a haul server: round trips, loss, path MTU,
+    /// memory-to-memory goodput per transport and stream count; advise
+    /// settings, which `cp` then uses for that host.
+    #[command(after_help = PROBE_HELP)]
+    Probe(ProbeArgs),
+}
+
+const PROBE_HELP: &str = "\
+HOST is reached as `haul cp` reaches it: a `haul serve` daemon (HOST:PORT,
+--daemon, or a host whose key is pinned), else a remote side started over
+ssh. Each goodput test sends generated data that the client verifies and
+discards, so disks play no part; the tests grow until each lasts about
+--seconds. The advice is saved in $HAUL_HOME/probes/ and used by `haul cp`
+to that host for 24 hours where --transport and --streams are left
+automatic.
+
+Examples:
+  haul probe dtn1                 through ssh
+  haul probe dtn1:7050 --json     a daemon, as JSON
+";
+
+#[derive(Args)]
+pub struct ProbeArgs {
+    /// The server: HOST, USER@HOST, or HOST:PORT for a daemon.
+    #[arg(value_name = "HOST")]
+    pub target: String,
+    /// About how long each goodput test and the echo train last, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Measure without encrypting data frames (as `cp --no-encrypt`).
+    #[arg(long)]
+    pub no_encrypt: bool,
+    /// Do not save the advice for `cp` and `doctor`.
+    #[arg(long)]
+    pub no_save: bool,
+    /// Print the findings as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub conn: ConnectArgs,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(Args)]
 pub struct DoctorArgs {
-    /// Round-trip time of the path, in milliseconds (default: 150).
+    /// Round-trip time of the path, in milliseconds (default: the latest
+    /// `haul probe`'s, else 150).
     #[arg(long, value_name = "MS")]
     pub rtt: Option<f64>,
-    /// Rate of the path in bits per second: 1G, 500M (default: 1G).
+    /// Rate of the path in bits per second: 1G, 500M (default: the latest
+    /// `haul probe`'s, else 1G).
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
     /// Directory the data is to land in, for its free space.
@@ -107,7 +151,9 @@ Transport: by default (--transport auto) data travels over the UDP channel
 when the round trip is 50 ms or more, and over parallel TCP streams on
 shorter paths or when UDP is blocked. The UDP channel paces datagrams at a
 rate it finds by itself (treating random loss as noise, backing off when
-queues grow) and re-sends what the receiver reports missing.
+queues grow) and re-sends what the receiver reports missing. After `haul
+probe HOST`, transport and streams left automatic follow its advice for
+that host for 24 hours.
 
 Streams: without --streams haul opens enough TCP streams for their windows
 to cover 10 Gbit/s (or --rate) at the measured RTT, at least one per core up
@@ -196,15 +242,22 @@ pub struct CpArgs {
     /// Block size: 64K to 16M.
     #[arg(long, default_value = "1M", value_parser = parse_block_size)]
     pub block_size: u32,
-    /// TCP congestion control (default: bbr where the kernel offers it).
-    #[arg(long, value_name = "NAME")]
-    pub cc: Option<String>,
     /// Print the final statistics as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
     /// No progress bar and no summary.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub conn: ConnectArgs,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// How a client reaches the other side: a daemon or ssh, its keys, and
+/// time limits (`cp`, `sync`, `probe`).
+#[derive(Args)]
+pub struct ConnectArgs {
     /// Start the remote side over ssh even if a `haul serve` daemon is
     /// known for the host.
     #[arg(long, conflicts_with = "daemon")]
@@ -254,8 +307,9 @@ pub struct CpArgs {
     /// verified is kept: the same command again resumes.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub timeout: u64,
-    #[command(flatten)]
-    pub common: Common,
+    /// TCP congestion control (default: bbr where the kernel offers it).
+    #[arg(long, value_name = "NAME")]
+    pub cc: Option<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -3,29 +3,16 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use driver::net::Tuning;
-use driver::ssh::{SshLink, SshSpec};
-use driver::{
-    ClientConfig, Connected, Report, Route, ServerTrust, TransferError, Transport, DEFAULT_PORT,
-};
-use secure::{Keypair, Protection};
+use driver::{ClientConfig, Report, TransferError, Transport};
+use secure::Protection;
 use store::{Destination, Root, Sink};
-use wire::ErrorCode;
 
 use crate::args::{CpArgs, TransportArg};
+use crate::connect::{usage, Dialer, Peer, Reach};
+use crate::exit;
 use crate::location::Location;
 use crate::report::{self, Bar, Show};
-use crate::{exit, home};
-
-/// The remote end of a copy, as the user named it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Peer {
-    user: Option<String>,
-    host: String,
-    port: Option<u16>,
-}
 
 enum Plan {
     Push {
@@ -46,10 +33,6 @@ impl Plan {
             Plan::Push { peer, .. } | Plan::Pull { peer, .. } => peer,
         }
     }
-}
-
-fn usage(msg: impl Into<String>) -> TransferError {
-    TransferError::new(ErrorCode::BadRequest, msg)
 }
 
 fn plan(paths: &[String]) -> Result<Plan, TransferError> {
@@ -172,18 +155,8 @@ pub fn run(a: CpArgs) -> i32 {
 
 fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
     let plan = plan(&a.paths)?;
-    if let Some(cc) = &a.cc {
-        let offered = driver::net::available_cc();
-        if !offered.iter().any(|c| c == cc) {
-            return Err(usage(format!(
-                "congestion control {cc:?} is not available here; this kernel offers: {}",
-                offered.join(" ")
-            )));
-        }
-    }
-    let peer = plan.peer().clone();
-    let known_hosts = a.known_hosts.clone().unwrap_or_else(home::known_hosts);
-    let ssh = use_ssh(a, &peer, &known_hosts)?;
+    let reach = Reach::decide(&a.conn, plan.peer().clone())?;
+    let ssh = reach.ssh;
     if a.delete && !a.recursive {
         return Err(usage(
             "--delete removes files from directories, so it needs -r (or haul sync)",
@@ -201,38 +174,40 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         }
         _ => None,
     };
-    if !ssh && a.remote_ports.is_some() {
+    if !ssh && a.conn.remote_ports.is_some() {
         return Err(usage(
             "--remote-ports is for a remote side started over ssh; a daemon's data ports are set by `haul serve --data-ports`",
         ));
     }
-    // Over ssh, keys are one-time ones: the user's own is not needed.
-    let identity = if ssh {
-        Keypair::generate()
-    } else {
-        let identity_path = a.identity.clone().unwrap_or_else(home::identity);
-        load_identity(&identity_path, a.identity.is_some())?
-    };
     let protection = if a.no_encrypt {
         Protection::IntegrityOnly
     } else {
         Protection::best_encrypting()
     };
+    let transport = match a.transport {
+        TransportArg::Tcp => Transport::Tcp,
+        TransportArg::Udp => Transport::Udp,
+        TransportArg::Auto => Transport::Auto,
+    };
+    // What `haul probe` found for this host, where the user left the
+    // choices to haul (P-36).
+    let advice = (transport == Transport::Auto && a.streams.is_none())
+        .then(|| crate::probe::saved(&reach.peer, ssh))
+        .flatten();
+    if let Some(adv) = &advice {
+        tracing::info!(
+            "using the advice `haul probe` saved for {}: {:?}, {} streams, {} bit/s",
+            reach.peer.host,
+            adv.transport,
+            adv.streams,
+            adv.rate * 8
+        );
+    }
     let cfg = ClientConfig {
-        identity,
-        trust: ServerTrust::KnownHosts(known_hosts),
-        host: peer.host.clone(),
-        port: peer.port.unwrap_or(DEFAULT_PORT),
-        dial: Vec::new(),
         streams: a.streams,
         block_size: a.block_size,
-        protection,
         rate: a.rate,
-        transport: match a.transport {
-            TransportArg::Tcp => Transport::Tcp,
-            TransportArg::Udp => Transport::Udp,
-            TransportArg::Auto => Transport::Auto,
-        },
+        transport,
         preserve: a.preserve,
         compress: a.compress,
         sync: wire::SyncOptions {
@@ -245,42 +220,18 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         },
         basis: a.basis.clone(),
         cache,
-        tuning: Tuning::auto(a.cc.clone(), Duration::from_secs(a.timeout)),
-        connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
-        notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
+        advice,
+        ..reach.config(&a.conn, protection)?
     };
-    let connect = |cfg: ClientConfig| -> Result<(Connected, Option<SshLink>), TransferError> {
-        if !ssh {
-            return Ok((Connected::connect(cfg)?, None));
-        }
-        let spec = SshSpec {
-            rsh: shell_words::split(&a.rsh).map_err(|e| {
-                usage(format!(
-                    "cannot split the ssh command {:?} into words: {e}",
-                    a.rsh
-                ))
-            })?,
-            remote_haul: a.remote_haul.clone(),
-            user: peer.user.clone(),
-            host: peer.host.clone(),
-            remote_ports: a.remote_ports,
-            remote_extra: match (&a.cache.cache, is_pull) {
-                (Some(dir), false) => format!(
-                    " --cache {} --cache-size {}",
-                    shell_words::quote(&dir.to_string_lossy()),
-                    a.cache.cache_size
-                ),
-                _ => String::new(),
-            } + &match a.timeout {
-                // Only when asked, so that the usual command line stays
-                // what every release accepts.
-                60 => String::new(),
-                t => format!(" --timeout {t}"),
-            },
-        };
-        let (conn, link) = driver::ssh::connect(cfg, &spec, a.through_ssh)?;
-        Ok((conn, Some(link)))
+    let remote_extra = match (&a.cache.cache, is_pull) {
+        (Some(dir), false) => format!(
+            " --cache {} --cache-size {}",
+            shell_words::quote(&dir.to_string_lossy()),
+            a.cache.cache_size
+        ),
+        _ => String::new(),
     };
+    let mut dialer = reach.dialer(&a.conn, remote_extra)?;
     let show = if a.quiet {
         Show::Never
     } else if a.progress {
@@ -303,7 +254,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             } else {
                 driver::ZeroScan::start(&walked, cfg.block_size)
             };
-            let (conn, link) = connect(cfg)?;
+            let conn = dialer.connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
             let contents = sources
                 .iter()
@@ -317,7 +268,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
                 contents,
             );
             bar.finish();
-            ("push", finish(r, link)?)
+            ("push", finish(r, dialer)?)
         }
         Plan::Pull { sources, dest, .. } => {
             let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
@@ -332,7 +283,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             };
             let destination = local_destination(&dest, sources.len() > 1, contents)?;
             let sink = Sink::new(destination, a.preserve);
-            let (conn, link) = connect(cfg).map_err(unmake)?;
+            let conn = dialer.connect(cfg).map_err(unmake)?;
             let bar = Bar::start(
                 conn.progress(),
                 if sink.is_stdout() && show == Show::OnTerminal {
@@ -343,66 +294,20 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             );
             let r = conn.pull(sources, a.recursive, &sink);
             bar.finish();
-            ("pull", finish(r, link).map_err(unmake)?)
+            ("pull", finish(r, dialer).map_err(unmake)?)
         }
     };
     let text = (!a.quiet).then(|| report::text(&report));
     Ok((report::json(&report, direction), text))
 }
 
-/// Whether to start the remote side over ssh rather than connect to a
-/// daemon: `--ssh`, or a host named without a port whose daemon key the
-/// user has not pinned (and no `--daemon`).
-fn use_ssh(a: &CpArgs, peer: &Peer, known_hosts: &Path) -> Result<bool, TransferError> {
-    let forced = a.ssh || a.through_ssh;
-    if forced && peer.port.is_some() {
-        return Err(usage(format!(
-            "{}: a port in the location names a `haul serve` daemon; to reach ssh on another port, use -e \"ssh -p PORT\"",
-            peer.host
-        )));
-    }
-    if forced {
-        return Ok(true);
-    }
-    if a.daemon || peer.port.is_some() {
-        return Ok(false);
-    }
-    let label = format!("{}:{DEFAULT_PORT}", peer.host);
-    Ok(!secure::KnownHosts::load(known_hosts).is_ok_and(|k| k.knows(&label)))
-}
-
 /// Ends the ssh link once the transfer is over, and notes the route taken.
-fn finish(
-    r: Result<Report, TransferError>,
-    link: Option<SshLink>,
-) -> Result<Report, TransferError> {
-    let route = match &link {
-        None => Route::Daemon,
-        Some(l) if l.relayed() => Route::SshRelay,
-        Some(_) => Route::Ssh,
-    };
-    if let Some(l) = link {
-        l.finish();
-    }
+fn finish(r: Result<Report, TransferError>, dialer: Dialer) -> Result<Report, TransferError> {
+    let route = dialer.finish();
     r.map(|mut r| {
         r.route = route;
         r
     })
-}
-
-fn load_identity(path: &Path, explicit: bool) -> Result<Keypair, TransferError> {
-    let auth = |e: secure::KeyError| TransferError::new(ErrorCode::Auth, e.to_string());
-    if !explicit && !path.exists() {
-        let kp = Keypair::load_or_create(path, &home::comment()).map_err(auth)?;
-        eprintln!(
-            "haul: created your key {} ({}); the server must list this line in its authorized_keys:\n  {}",
-            path.display(),
-            kp.public.fingerprint(),
-            kp.public
-        );
-        return Ok(kp);
-    }
-    Keypair::load(path).map_err(auth)
 }
 
 pub fn init_logging(verbose: u8) {
@@ -435,38 +340,5 @@ mod tests {
         assert!(p(&["a", "b"]).is_err());
         assert!(p(&["h:a", "g:b", "."]).is_err());
         assert!(p(&["h:a", "g:b"]).is_err());
-    }
-
-    #[test]
-    fn ssh_or_daemon() {
-        use clap::Parser;
-        let dir = tempfile::tempdir().unwrap();
-        let known = dir.path().join("known_hosts");
-        let key = secure::Keypair::generate().public;
-        std::fs::write(&known, format!("pinned:7050 {key}\n")).unwrap();
-        let decide = |extra: &[&str], host: &str, port: Option<u16>| {
-            let mut argv = vec!["haul", "cp"];
-            argv.extend_from_slice(extra);
-            argv.extend_from_slice(&["a", "h:b"]);
-            let crate::args::Command::Cp(a) = crate::args::Cli::parse_from(argv).command else {
-                unreachable!()
-            };
-            let peer = Peer {
-                user: None,
-                host: host.into(),
-                port,
-            };
-            use_ssh(&a, &peer, &known)
-        };
-        // A host with no pinned daemon key goes through ssh; a pinned one,
-        // an explicit port or --daemon reach the daemon.
-        assert!(decide(&[], "fresh", None).unwrap());
-        assert!(!decide(&[], "pinned", None).unwrap());
-        assert!(!decide(&[], "fresh", Some(7050)).unwrap());
-        assert!(!decide(&["--daemon"], "fresh", None).unwrap());
-        // --ssh and --through-ssh force ssh, and refuse a daemon's port.
-        assert!(decide(&["--ssh"], "pinned", None).unwrap());
-        assert!(decide(&["--through-ssh"], "pinned", None).unwrap());
-        assert!(decide(&["--ssh"], "fresh", Some(7050)).is_err());
     }
 }

@@ -368,10 +368,24 @@ fn free_space(dir: &Path) -> Option<u64> {
 
 pub fn run(a: DoctorArgs) -> i32 {
     let given = a.rtt.is_some() || a.rate.is_some();
+    // Without --rtt and --rate: the path the last `haul probe` measured.
+    let probed = (!given).then(crate::probe::latest).flatten();
+    let (rtt_ms, rate) = match &probed {
+        Some(p) if p.rtt_ms > 0.0 && p.rate_bps > 0 => (p.rtt_ms, p.rate_bps),
+        _ => (
+            a.rtt.unwrap_or(DEFAULT_RTT_MS),
+            // parse_rate gives bytes per second.
+            a.rate.map_or(DEFAULT_RATE, |r| r * 8),
+        ),
+    };
+    let source = match &probed {
+        _ if given => "given",
+        Some(p) if p.rtt_ms > 0.0 && p.rate_bps > 0 => "probe",
+        _ => "assumed",
+    };
     let t = Target {
-        rtt: Duration::from_secs_f64(a.rtt.unwrap_or(DEFAULT_RTT_MS) / 1e3),
-        // parse_rate gives bytes per second.
-        rate: a.rate.map_or(DEFAULT_RATE, |r| r * 8),
+        rtt: Duration::from_secs_f64(rtt_ms / 1e3),
+        rate,
         size: a.size,
     };
     let facts = Facts::read(&a.dest);
@@ -380,7 +394,9 @@ pub fn run(a: DoctorArgs) -> i32 {
     if a.json {
         let out = json!({
             "rtt_ms": t.rtt.as_secs_f64() * 1e3, "rate_bps": t.rate, "bdp_bytes": t.bdp(),
-            "assumed": !given, "warnings": warnings, "checks": list,
+            "assumed": source == "assumed", "source": source,
+            "probed_host": probed.as_ref().map(|p| &p.host),
+            "warnings": warnings, "checks": list,
         });
         println!("{out}");
         return 0;
@@ -390,10 +406,15 @@ pub fn run(a: DoctorArgs) -> i32 {
         rate_name(t.rate as f64),
         t.rtt.as_secs_f64() * 1e3,
         bytes(t.bdp()),
-        if given {
-            String::new()
-        } else {
-            " — assumed; give yours with --rtt MS --rate R".to_string()
+        match (&probed, source) {
+            (Some(p), "probe") => format!(
+                " — as `haul probe {}` measured it; give another with --rtt MS --rate R",
+                p.host
+            ),
+            (_, "assumed") =>
+                " — assumed; give yours with --rtt MS --rate R, or run `haul probe HOST`"
+                    .to_string(),
+            _ => String::new(),
         }
     );
     for c in &list {

@@ -2,11 +2,13 @@
 //! This file only dispatches; each subcommand lives in its own module.
 
 mod args;
+mod connect;
 mod cp;
 mod doctor;
 mod exit;
 mod home;
 mod location;
+mod probe;
 mod report;
 mod serve;
 mod taste;
@@ -25,6 +27,7 @@ fn main() {
         args::Command::Keygen(a) => serve::keygen(a),
         args::Command::Doctor(a) => doctor::run(a),
         args::Command::Taste(a) => taste::run(a),
+        args::Command::Probe(a) => probe::run(a),
     };
     std::process::exit(code);
 }

@@ -141,6 +141,8 @@ pub struct Json<'a> {
     pub transport: &'a str,
     /// How the server was reached: "daemon", "ssh" (started over ssh, data
     /// direct) or "ssh-relay" (data through the ssh channel).
+    /// The transport and streams came from `haul probe`'s advice (P-36).
+    pub advised: bool,
     pub route: &'a str,
     /// File bytes in all-zero blocks, which were announced, not sent, and
     /// left as holes where the receiver's file system allows.
@@ -203,6 +205,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         protection: r.protection.name(),
         stream_window_bytes: r.stream_window,
         transport: if r.udp.is_some() { "udp" } else { "tcp" },
+        advised: r.advised,
         route: route_name(r.route),
         saved_zero_bytes: r.zero_bytes,
         saved_compression_bytes: r.compress_saved,

@@ -1,7 +1,8 @@
-//! `haul doctor` and `haul taste` (issue 8) against hosts and data whose
-//! facts are known: a namespace of the emulator with a chosen MTU, and
-//! files of zeros, random bytes and log text. The doctor test needs root
-//! for the emulator (it skips with a printed reason elsewhere; CI runs it).
+//! `haul doctor`, `haul probe` and `haul taste` (issue 8) against hosts,
+//! paths and data whose facts are known: namespaces of the emulator with a
+//! chosen delay, loss, rate and MTU, and files of zeros, random bytes and
+//! log text. The doctor and probe tests need root for the emulator (they
+//! skip with a printed reason elsewhere; CI runs them).
 
 mod common;
 
@@ -45,6 +46,7 @@ fn doctor_reads_an_emulated_hosts_mtu_and_buffers_and_judges_them_by_the_bdp() {
         seed: 1,
         block_udp: false,
         only_tcp_ports: vec![],
+        path_mtu: None,
     };
     let emu = Emulator::start(cfg).expect("emulator starts");
     let dest = tempfile::tempdir().unwrap();
@@ -108,6 +110,99 @@ fn doctor_reads_an_emulated_hosts_mtu_and_buffers_and_judges_them_by_the_bdp() {
         check(&short, "UDP receive buffer")["status"],
         "ok",
         "TCP under 50 ms"
+    );
+}
+
+#[test]
+fn probe_measures_an_emulated_paths_delay_loss_mtu_and_rate_and_cp_follows_its_advice() {
+    if !require_emulator("the probe test") {
+        return;
+    }
+    // 40 ms round trip, 2% loss each way, 200 Mbit/s; 9000-byte MTUs at
+    // both ends and a hop of 4000 between them.
+    let link = LinkConfig {
+        delay: std::time::Duration::from_millis(20),
+        rate_bps: Some(200_000_000),
+        loss: 0.02,
+        ..Default::default()
+    };
+    let cfg = EmulatorConfig {
+        name: unique_name("prb"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 9000,
+        seed: 7,
+        block_udp: false,
+        only_tcp_ports: vec![],
+        path_mtu: Some(4000),
+    };
+    let emu = Emulator::start(cfg).expect("emulator starts");
+    let env = Env::new();
+    let _server = emu::serve_in_b(&emu, &env);
+    let mut c: Command = emu.command_a(HAUL);
+    c.args(["probe", "--json", "--seconds", "1.5"])
+        .arg(format!("{}:7050", netem::ADDR_B))
+        .env("HAUL_HOME", &env.home)
+        .stdin(std::process::Stdio::null());
+    let p = json_of(&output_within(c, CP_LIMIT));
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number in {p}"));
+    // Round trip: the 40 ms set, plus little (the emulator's own hops).
+    let rtt = &p["rtt"];
+    assert_eq!(p["rtt_source"], "udp-echo", "{p}");
+    assert!((39.5..46.0).contains(&f(&rtt["min_ms"])), "{rtt}");
+    assert!(f(&rtt["mean_ms"]) < 50.0, "{rtt}");
+    assert!(f(&rtt["jitter_ms"]) < 3.0, "{rtt}");
+    // Loss: 2% each way, from 1000 echoes (about 40 lost round trip).
+    let loss = f(&p["loss"]["one_way"]);
+    assert!((0.01..0.035).contains(&loss), "{p}");
+    // The path MTU, exactly: the hop's, not the ends'.
+    assert_eq!(p["path_mtu"], 4000, "{p}");
+    // Goodput: every test about the line rate or below, the best near it.
+    // A session's second half may read high by what the receiver had yet
+    // to verify at half time (on these two cores, shared with the
+    // emulator, up to 11% above the link was seen).
+    let trials = p["trials"].as_array().unwrap();
+    assert!(trials.len() >= 2, "{p}");
+    assert!(trials.iter().any(|t| t["transport"] == "udp"), "{p}");
+    let best = trials
+        .iter()
+        .map(|t| f(&t["goodput_bps"]))
+        .fold(0.0, f64::max);
+    assert!(trials.iter().all(|t| f(&t["goodput_bps"]) <= 230e6), "{p}");
+    assert!(trials.iter().all(|t| f(&t["average_bps"]) <= 200e6), "{p}");
+    assert!(
+        best > 100e6,
+        "the best test fills half the link at least: {p}"
+    );
+    let advice = &p["recommendation"];
+    // The advice's rate is its setting's goodput: the best, or within the
+    // 5% a cheaper setting may give up.
+    let rate = f(&advice["rate_bps"]);
+    assert!(rate <= best + 8.0 && rate * 1.06 >= best, "{p}");
+    assert_eq!(advice["compress"], "auto");
+    assert!(p["saved"].is_string(), "{p}");
+
+    // cp to the same host, transport and streams left automatic, follows
+    // the saved advice; at 40 ms it would otherwise take TCP streams.
+    let data = random_bytes(4 << 20, 9);
+    let src = env.local.join("advised");
+    write_file(&src, &data);
+    let src = src.to_string_lossy().into_owned();
+    let dest = format!("{}:7050:advised", netem::ADDR_B);
+    let out = emu::cp_in_a(&emu, &env, &["--json", &src, &dest]);
+    let r = json_of(&out);
+    assert_eq!(r["advised"], true, "{r}");
+    assert_eq!(r["transport"], advice["transport"], "{r} after {advice}");
+    if advice["transport"] == "tcp" {
+        assert_eq!(r["streams"], advice["streams"], "{r} after {advice}");
+    }
+    assert_eq!(std::fs::read(env.root.join("advised")).unwrap(), data);
+    // Asked for explicitly, a transport overrides the advice.
+    let out = emu::cp_in_a(&emu, &env, &["--json", "--transport", "tcp", &src, &dest]);
+    let r = json_of(&out);
+    assert_eq!(
+        (r["advised"].clone(), r["transport"].clone()),
+        (false.into(), "tcp".into())
     );
 }
 

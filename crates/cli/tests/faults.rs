@@ -258,6 +258,7 @@ fn damaging_link(seed: u64) -> Emulator {
         seed,
         block_udp: false,
         only_tcp_ports: vec![],
+        path_mtu: None,
     })
     .expect("emulator starts")
 }

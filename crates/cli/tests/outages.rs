@@ -31,6 +31,7 @@ fn start(tag: &str, from: Duration, to: Duration) -> Emulator {
         seed: 5,
         block_udp: false,
         only_tcp_ports: vec![],
+        path_mtu: None,
     })
     .expect("emulator starts")
 }

@@ -352,3 +352,56 @@ fn stdio_server_listens_in_the_data_port_range() {
     assert!(line.contains(&format!(" port={port}")), "{line}");
     assert!(line.contains(" addr=127.0.0.1"), "{line}");
 }
+
+/// `haul probe` through ssh: one remote side started for all of its
+/// sessions, directly and through the ssh channel (where only TCP goes).
+#[test]
+fn probe_over_ssh_directly_and_through_the_channel() {
+    if !sshd_available("probe_over_ssh_directly_and_through_the_channel") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let rsh = sshd.rsh();
+    let probe = |extra: &[&str]| {
+        let mut c = std::process::Command::new(HAUL);
+        c.args(["probe", "--json", "--seconds", "0.5", "-e", &rsh])
+            .args(["--remote-haul", HAUL])
+            .args(extra)
+            .arg("127.0.0.1")
+            .env("HAUL_HOME", &env.home)
+            .stdin(std::process::Stdio::null());
+        let out = output_within(c, CP_LIMIT);
+        ok(&out);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    let direct = probe(&[]);
+    assert_eq!(direct["route"], "ssh", "{direct}");
+    assert_eq!(direct["rtt_source"], "udp-echo", "{direct}");
+    let transports: Vec<&str> = direct["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["transport"].as_str().unwrap())
+        .collect();
+    assert!(
+        transports.contains(&"udp") && transports.contains(&"tcp"),
+        "{direct}"
+    );
+    assert!(env.home.join("probes/ssh_127.0.0.1.json").exists());
+
+    let relayed = probe(&["--through-ssh", "--no-save"]);
+    assert_eq!(relayed["route"], "ssh-relay", "{relayed}");
+    assert!(
+        relayed["udp_error"]
+            .as_str()
+            .unwrap()
+            .contains("ssh channel"),
+        "{relayed}"
+    );
+    assert_eq!(relayed["rtt_source"], "handshake", "{relayed}");
+    assert_eq!(relayed["recommendation"]["transport"], "tcp", "{relayed}");
+    assert_eq!(relayed["recommendation"]["streams"], 1, "{relayed}");
+    assert!(relayed["saved"].is_null());
+}

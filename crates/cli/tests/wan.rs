@@ -34,6 +34,7 @@ fn push_and_pull_across_a_long_lossy_link() {
         seed: 11,
         block_udp: false,
         only_tcp_ports: vec![],
+        path_mtu: None,
     };
     let mut emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -124,6 +125,7 @@ fn udp_channel_survives_corruption_duplication_and_reordering() {
         seed: 23,
         block_udp: false,
         only_tcp_ports: vec![],
+        path_mtu: None,
     };
     let mut emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -206,6 +208,7 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
         seed: 5,
         block_udp: true,
         only_tcp_ports: vec![],
+        path_mtu: None,
     };
     let emu = Emulator::start(cfg).expect("emulator starts");
     let env = Env::new();
@@ -298,6 +301,7 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
             seed: 3,
             block_udp: false,
             only_tcp_ports: vec![],
+            path_mtu: None,
         };
         let emu = Emulator::start(cfg).expect("emulator starts");
         let sshd = sshd_in_b(&emu, &env);
@@ -324,6 +328,7 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
         seed: 4,
         block_udp: false,
         only_tcp_ports: vec![ssh_port],
+        path_mtu: None,
     };
     let emu = Emulator::start(cfg).expect("emulator starts");
     let sshd =
@@ -363,6 +368,7 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
         seed: 5,
         block_udp: false,
         only_tcp_ports: vec![ssh_port, lo, lo + 1, hi],
+        path_mtu: None,
     };
     let emu = Emulator::start(cfg).expect("emulator starts");
     let sshd =

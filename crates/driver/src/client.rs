@@ -38,6 +38,16 @@ pub enum Transport {
     Auto,
 }
 
+impl Transport {
+    /// The request's transport code; auto asks for TCP.
+    fn wire(self) -> u8 {
+        match self {
+            Transport::Udp => TRANSPORT_UDP,
+            _ => TRANSPORT_TCP,
+        }
+    }
+}
+
 /// Round trip from which `--transport auto` picks the UDP channel. At
 /// 30 ms (100 Mbit/s, a 557 MB tree) TCP streams took 18.0-18.2 s in every
 /// run, the UDP channel 18.1-27 s: one-way-delay noise from cores shared
@@ -118,6 +128,9 @@ pub struct ClientConfig {
     /// Shows the user a notice: a server key pinned for the first time, a
     /// fallback from UDP to TCP.
     pub notice: Option<Notice>,
+    /// What `haul probe` advised for this host (P-36): used where the
+    /// user left transport and streams automatic.
+    pub advice: Option<crate::probe::Advice>,
 }
 
 /// How the client reached the server.
@@ -167,6 +180,8 @@ pub struct Report {
     pub stream_window: u64,
     /// Present when the UDP channel carried the data.
     pub udp: Option<UdpReport>,
+    /// Transport and streams followed `haul probe`'s advice (P-36).
+    pub advised: bool,
 }
 
 /// What the report needs once the connection is consumed.
@@ -176,6 +191,7 @@ struct Tail {
     rtt: Duration,
     protection: Protection,
     dry_run: bool,
+    advised: bool,
 }
 
 impl Tail {
@@ -218,6 +234,7 @@ impl Tail {
             rtt: self.rtt,
             protection: self.protection,
             stream_window: window,
+            advised: self.advised,
         }
     }
 }
@@ -234,6 +251,10 @@ pub struct Connected {
     udp_port: u16,
     started: Instant,
     progress: Arc<Progress>,
+    /// `haul probe`: echo measurements to make once the UDP channel is set
+    /// up, over this span, and what they showed (P-36).
+    echo_span: Option<Duration>,
+    echo: Option<datagram::echo::EchoReport>,
 }
 
 /// The client's UDP socket once its hello has gone (P-23), with the
@@ -418,6 +439,8 @@ impl Connected {
             udp_port: est.udp_port,
             started,
             progress,
+            echo_span: None,
+            echo: None,
         })
     }
 
@@ -456,6 +479,7 @@ impl Connected {
         (
             self.cfg
                 .streams
+                .or(self.cfg.advice.map(|a| a.streams))
                 .unwrap_or_else(|| auto_streams(self.rtt, self.cfg.rate, window)),
             window,
         )
@@ -487,10 +511,11 @@ impl Connected {
             block_size: self.cfg.block_size,
             protection,
             rate: self.cfg.rate.unwrap_or(0),
-            transport: match choose_transport(self.cfg.transport, self.rtt) {
-                Transport::Udp => TRANSPORT_UDP,
-                _ => TRANSPORT_TCP,
-            },
+            transport: match (self.cfg.transport, self.cfg.advice) {
+                (Transport::Auto, Some(a)) => a.transport,
+                (t, _) => choose_transport(t, self.rtt),
+            }
+            .wire(),
             contents,
             preserve: self.cfg.preserve,
             compress: crate::compress::mode_to_wire(self.cfg.compress).0,
@@ -501,7 +526,7 @@ impl Connected {
             },
             basis: match op {
                 Op::Push => self.cfg.basis.clone().unwrap_or_default(),
-                Op::Pull => String::new(),
+                Op::Pull | Op::Probe { .. } => String::new(),
             },
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
@@ -556,6 +581,16 @@ impl Connected {
         if let Some(hello) = hello {
             match hello.and_then(|h| self.udp_setup(h)) {
                 Ok(link) => {
+                    if let Some(span) = self.echo_span {
+                        self.echo = Some(datagram::echo::measure(
+                            &link.channel,
+                            &link.send_key,
+                            &link.recv_key,
+                            self.rtt,
+                            link.payload,
+                            span,
+                        ));
+                    }
                     self.ctrl_w
                         .send_msg(&Msg::UseTransport {
                             udp_payload: link.payload as u16,
@@ -668,6 +703,9 @@ impl Connected {
             rtt: self.rtt,
             protection: self.cfg.protection,
             dry_run: self.cfg.sync.dry_run,
+            advised: self.cfg.advice.is_some()
+                && self.cfg.transport == Transport::Auto
+                && self.cfg.streams.is_none(),
         }
     }
 
@@ -732,6 +770,7 @@ impl Connected {
         let how = Sending {
             rate: self.cfg.rate,
             compress: self.cfg.compress,
+            start_rate: self.cfg.advice.map(|a| a.rate / 2),
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
         let r = run_sender(
@@ -754,7 +793,7 @@ impl Connected {
         recursive: bool,
         sink: &Sink,
     ) -> Result<Report, TransferError> {
-        let (streams, window) = self.streams();
+        let (streams, _) = self.streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
         let opts = crate::dedup::ReceiveOptions {
             sync: self.cfg.sync,
@@ -772,6 +811,18 @@ impl Connected {
             streams,
             gated,
         )?;
+        self.receive(plan, sink, &opts, gated)
+    }
+
+    /// Runs the receiving side of an accepted request.
+    fn receive(
+        self,
+        plan: DataPlan,
+        sink: &Sink,
+        opts: &crate::dedup::ReceiveOptions,
+        gated: bool,
+    ) -> Result<Report, TransferError> {
+        let window = self.streams().1;
         let (path, streams) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;
@@ -786,7 +837,7 @@ impl Connected {
             (self.cfg.block_size, self.progress.clone(), self.tail());
         let mut session = ReceiverSession::new(block_size);
         if gated {
-            crate::dedup::gate_receiver(&mut session, &opts);
+            crate::dedup::gate_receiver(&mut session, opts);
         }
         let summary = run_receiver(
             self.ctrl_r,
@@ -794,11 +845,76 @@ impl Connected {
             path,
             session,
             sink,
-            &opts,
+            opts,
             &progress,
         )?;
         Ok(tail.report(summary, streams, (0, 0), window))
     }
+
+    /// A memory-to-memory goodput test (`haul probe`, P-36): the server
+    /// sends `bytes` of generated data, verified here and discarded. With
+    /// `echo`, the UDP channel's set-up is followed by echo measurements
+    /// over that span (the transport must then be UDP).
+    pub fn probe(mut self, bytes: u64, echo: Option<Duration>) -> Result<ProbeRun, TransferError> {
+        let (streams, _) = self.streams();
+        self.echo_span = echo;
+        let (plan, _) = self.request(
+            Op::Probe { bytes },
+            Vec::new(),
+            false,
+            false,
+            false,
+            streams,
+            false,
+        )?;
+        let echo = self.echo.take();
+        let begun = Instant::now();
+        let sink = Sink::new(store::Destination::Null, false);
+        let opts = crate::dedup::ReceiveOptions {
+            sync: wire::SyncOptions::default(),
+            basis: None,
+            cache: None,
+            contents: false,
+        };
+        // Verified bytes over time, to tell the steady rate from the start.
+        let progress = self.progress.clone();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (report, samples) = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                let mut samples = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    samples.push((begun.elapsed(), Progress::get(&progress.done_bytes)));
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                samples
+            });
+            let report = self.receive(plan, &sink, &opts, false);
+            done.store(true, std::sync::atomic::Ordering::Release);
+            (report, sampler.join().unwrap_or_default())
+        });
+        let data_time = begun.elapsed();
+        let mut samples = samples;
+        samples.push((data_time, bytes));
+        Ok(ProbeRun {
+            report: report?,
+            data_time,
+            echo,
+            samples,
+        })
+    }
+}
+
+/// One memory-to-memory test of `haul probe` (P-36).
+pub struct ProbeRun {
+    pub report: Report,
+    /// From the data path's set-up to the last block verified: what the
+    /// goodput is measured over.
+    pub data_time: Duration,
+    /// The echo measurements, when asked for and the UDP channel came up.
+    pub echo: Option<datagram::echo::EchoReport>,
+    /// Verified bytes at moments since the data path was set up, every
+    /// 10 ms, the end last.
+    pub samples: Vec<(Duration, u64)>,
 }
 
 #[cfg(test)]

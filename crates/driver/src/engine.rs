@@ -214,6 +214,9 @@ pub struct SenderReport {
 pub struct Sending {
     pub rate: Option<u64>,
     pub compress: codec::Mode,
+    /// Where the UDP channel's rate starts, if not at its usual 100 Mbit/s
+    /// (half the rate `haul probe` measured, P-36).
+    pub start_rate: Option<u64>,
 }
 
 pub fn run_sender(
@@ -261,7 +264,7 @@ fn run_sender_with(
         ctrl_r.get_ref(),
         data.iter().map(|w| w.get_ref().try_clone()),
     )?;
-    let rate = how.rate;
+    let (rate, start_rate) = (how.rate, how.start_rate);
     let mut sh = Shared::new(session, ctrl_w, sockets, progress);
     sh.compression = Compression::new(how.compress);
     let bucket = rate.map(|r| Mutex::new(TokenBucket::new(r, (r / 50).max(256 << 10))));
@@ -288,7 +291,9 @@ fn run_sender_with(
         }
         if let Some(link) = udp {
             let sh = &sh;
-            scope.spawn(move || crate::datagram::send::run(sh, link, sources, rate, acks_rx));
+            scope.spawn(move || {
+                crate::datagram::send::run(sh, link, sources, (rate, start_rate), acks_rx)
+            });
         }
         scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r, acks_tx));
         // Only a receiver that answers each file can ask for chunks.

@@ -13,6 +13,8 @@
 //! - [`datagram`]: the UDP data channel's set-up, paced sender and
 //!   receiver, feeding `session::datagram`.
 //! - [`server`] and [`client`]: who connects to whom, and what is asked.
+//! - [`probe`]: `haul probe`'s tests one after another, and the advice
+//!   drawn from them.
 //! - [`ssh`]: no-daemon use: the remote side started over ssh, and the
 //!   relay through the ssh channel when hosts cannot connect directly.
 
@@ -29,13 +31,16 @@ pub mod handshake;
 pub mod join;
 pub mod net;
 pub mod ports;
+pub mod probe;
 pub mod progress;
 pub(crate) mod send_blocks;
 pub mod server;
 pub mod ssh;
 pub mod zero_scan;
 
-pub use client::{ClientConfig, Connected, Report, Route, ServerTrust, Transport, UdpReport};
+pub use client::{
+    ClientConfig, Connected, ProbeRun, Report, Route, ServerTrust, Transport, UdpReport,
+};
 pub use dedup::ReceiveOptions;
 pub use error::TransferError;
 pub use ports::PortRange;

@@ -370,13 +370,9 @@ impl Server {
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
                 let bytes = walked.file_bytes();
-                let window = if req.transport == TRANSPORT_UDP {
-                    UDP_SEND_WINDOW
-                } else {
-                    SEND_WINDOW
-                };
                 let sources = Sources::new(walked.paths).stamped(&walked.entries);
-                let mut session = SenderSession::new(walked.entries, req.block_size, window);
+                let mut session =
+                    SenderSession::new(walked.entries, req.block_size, send_window(&req));
                 if req.sync.gated {
                     let gated = crate::dedup::gate_sender(
                         &mut session,
@@ -389,6 +385,23 @@ impl Server {
                     }
                 }
                 Side::Send(Box::new(session), sources, bytes)
+            }
+            Op::Probe { bytes } => {
+                // One file of generated data, verified and discarded by the
+                // client: the network and both hosts' CPUs, no disks (P-36).
+                let probe = wire::Entry {
+                    id: 0,
+                    path: b"probe".to_vec(),
+                    kind: wire::EntryKind::File {
+                        size: bytes,
+                        mode: 0o600,
+                        mtime: 0,
+                        mtime_nsec: 0,
+                    },
+                    target: Vec::new(),
+                };
+                let session = SenderSession::new(vec![probe], req.block_size, send_window(&req));
+                Side::Send(Box::new(session), Sources::generated(), bytes)
             }
             Op::Push => {
                 let dest = &req.paths[0];
@@ -495,6 +508,7 @@ impl Server {
                     Sending {
                         rate: rate_of(&req),
                         compress: crate::compress::mode_from_wire(req.compress, req.compress_level),
+                        start_rate: None,
                     },
                     &progress,
                 )?;
@@ -617,10 +631,27 @@ fn check_request(req: &Request) -> Result<(), TransferError> {
     if !(wire::MIN_BLOCK_SIZE..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
         return bad("block size must be 64 KiB to 16 MiB");
     }
-    if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) {
-        return bad("request names no path");
+    match req.op {
+        Op::Probe { bytes } if bytes > wire::MAX_PROBE_BYTES => {
+            return bad("a probe may ask for 64 GiB at most");
+        }
+        Op::Probe { .. } if !req.paths.is_empty() => return bad("a probe names no path"),
+        Op::Probe { .. } => {}
+        _ if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) => {
+            return bad("request names no path");
+        }
+        _ => {}
     }
     Ok(())
+}
+
+/// The sender's in-flight window for the request's transport.
+fn send_window(req: &Request) -> u64 {
+    if req.transport == TRANSPORT_UDP {
+        UDP_SEND_WINDOW
+    } else {
+        SEND_WINDOW
+    }
 }
 
 /// Waits for the session's data connections, already joined, one per

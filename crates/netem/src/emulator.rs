@@ -33,6 +33,10 @@ pub struct EmulatorConfig {
     /// ports (and ICMP): everything else, UDP and other TCP ports included,
     /// is dropped both ways, as between two sites that open only ssh.
     pub only_tcp_ports: Vec<u16>,
+    /// A hop's MTU below `mtu`, both ways: larger packets are refused with
+    /// ICMP "fragmentation needed" if they may not be fragmented, and
+    /// dropped otherwise, as by a router in the middle of the path.
+    pub path_mtu: Option<u32>,
 }
 
 /// What each direction did, reported when the emulator stops.
@@ -103,6 +107,7 @@ impl Emulator {
         let filter = forward::Filter {
             block_udp: cfg.block_udp,
             only_tcp_ports: cfg.only_tcp_ports.clone(),
+            path_mtu: cfg.path_mtu,
         };
         for (input, output, link, label) in pairs {
             let stop = emu.stop.clone();

@@ -51,6 +51,18 @@ pub fn run(
                     if !filter.passes(&buf[..n]) {
                         continue;
                     }
+                    if let Some(mtu) = filter.path_mtu.filter(|&m| n > m as usize) {
+                        // A hop with a smaller MTU: it cannot forward this.
+                        // Don't-fragment packets get ICMP "fragmentation
+                        // needed" back, as a router sends; the rest are
+                        // dropped (this hop does not fragment).
+                        if let Some(icmp) = frag_needed(&buf[..n], mtu) {
+                            if input.write(&icmp).is_err() {
+                                write_errors += 1;
+                            }
+                        }
+                        continue;
+                    }
                     link.send(start.elapsed(), buf[..n].to_vec());
                 }
                 Err(e)
@@ -98,6 +110,50 @@ pub struct Filter {
     pub block_udp: bool,
     /// When not empty, only TCP to or from these ports passes (and ICMP).
     pub only_tcp_ports: Vec<u16>,
+    /// A hop's MTU, below the TUN devices': larger packets do not pass.
+    pub path_mtu: Option<u32>,
+}
+
+/// The ICMP "fragmentation needed" (type 3, code 4) a router sends back
+/// for an IPv4 packet with don't-fragment set that its next hop's `mtu`
+/// cannot carry (RFC 1191): from the packet's destination to its source,
+/// carrying the packet's IP header and the first 8 bytes after it. `None`
+/// for anything else (no DF, not IPv4, ICMP itself).
+pub fn frag_needed(p: &[u8], mtu: u32) -> Option<Vec<u8>> {
+    if p.len() < 20 || p[0] >> 4 != 4 || p[6] & 0x40 == 0 || p[9] == ICMP {
+        return None;
+    }
+    let ihl = (p[0] & 0x0f) as usize * 4;
+    let quoted = p.get(..(ihl + 8).min(p.len()))?;
+    let total = 20 + 8 + quoted.len();
+    let mut out = vec![0u8; total];
+    out[0] = 0x45;
+    out[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    out[8] = 64;
+    out[9] = ICMP;
+    out[12..16].copy_from_slice(&p[16..20]);
+    out[16..20].copy_from_slice(&p[12..16]);
+    let c = checksum(&out[..20]);
+    out[10..12].copy_from_slice(&c.to_be_bytes());
+    out[20] = 3;
+    out[21] = 4;
+    out[26..28].copy_from_slice(&(mtu as u16).to_be_bytes());
+    out[28..].copy_from_slice(quoted);
+    let c = checksum(&out[20..]);
+    out[22..24].copy_from_slice(&c.to_be_bytes());
+    Some(out)
+}
+
+/// The Internet checksum (RFC 1071) of `b`.
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32)
+        .sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 const ICMP: u8 = 1;
@@ -153,8 +209,8 @@ mod tests {
         assert!(!no_udp.passes(&packet(UDP, 1, 2)));
         assert!(no_udp.passes(&packet(TCP, 1, 2)));
         let ssh_only = Filter {
-            block_udp: false,
             only_tcp_ports: vec![22],
+            ..Filter::default()
         };
         assert!(ssh_only.passes(&packet(TCP, 40000, 22)));
         assert!(ssh_only.passes(&packet(TCP, 22, 40000)));
@@ -162,5 +218,31 @@ mod tests {
         assert!(!ssh_only.passes(&packet(UDP, 40000, 22)));
         assert!(ssh_only.passes(&packet(ICMP, 0, 0)));
         assert!(!ssh_only.passes(&packet(TCP, 1, 2)[..22]));
+    }
+
+    #[test]
+    fn a_hop_refuses_dont_fragment_packets_with_icmp() {
+        let mut p = packet(UDP, 5000, 7050);
+        p.resize(3000, 7);
+        p[2..4].copy_from_slice(&3000u16.to_be_bytes());
+        p[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        p[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        // Without don't-fragment: no answer (dropped).
+        assert_eq!(frag_needed(&p, 1400), None);
+        p[6] |= 0x40;
+        let icmp = frag_needed(&p, 1400).unwrap();
+        assert_eq!(icmp.len(), 20 + 8 + 28);
+        assert_eq!((icmp[9], icmp[20], icmp[21]), (ICMP, 3, 4));
+        assert_eq!(&icmp[12..16], &[198, 18, 0, 2], "from the destination");
+        assert_eq!(&icmp[16..20], &[198, 18, 0, 1], "to the source");
+        assert_eq!(u16::from_be_bytes([icmp[26], icmp[27]]), 1400);
+        assert_eq!(&icmp[28..], &p[..28], "the header and 8 bytes quoted");
+        // Both checksums verify: the sum over each part is all ones.
+        assert_eq!(checksum(&icmp[..20]), 0);
+        assert_eq!(checksum(&icmp[20..]), 0);
+        // ICMP itself is never answered with ICMP.
+        let mut q = packet(ICMP, 0, 0);
+        q[6] |= 0x40;
+        assert_eq!(frag_needed(&q, 1400), None);
     }
 }

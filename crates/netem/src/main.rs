@@ -56,6 +56,11 @@ struct Args {
     /// MTU of both TUN devices.
     #[arg(long, default_value_t = 1500)]
     mtu: u32,
+    /// MTU of a hop in the middle of the path, below --mtu: larger packets
+    /// with don't-fragment set get ICMP "fragmentation needed" back, others
+    /// are dropped.
+    #[arg(long)]
+    path_mtu: Option<u32>,
     /// Drop every UDP datagram both ways (a firewall that passes only TCP).
     #[arg(long)]
     block_udp: bool,
@@ -209,6 +214,7 @@ fn main() {
         seed: args.seed,
         block_udp: args.block_udp,
         only_tcp_ports: args.only_tcp_ports.clone(),
+        path_mtu: args.path_mtu,
     };
     let mut emu = match Emulator::start(cfg) {
         Ok(e) => e,

@@ -19,6 +19,7 @@ fn emulator(tag: &str, link: LinkConfig, mtu: u32) -> Emulator {
         seed: 7,
         block_udp: false,
         only_tcp_ports: vec![],
+        path_mtu: None,
     };
     Emulator::start(cfg).expect("emulator starts")
 }

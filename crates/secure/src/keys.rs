@@ -95,6 +95,16 @@ impl Keypair {
         }
     }
 
+    /// A second copy, for a client that opens several sessions under one
+    /// one-time identity (`haul probe` over ssh). Deliberately not `Clone`:
+    /// copies of a secret are made only where one is needed.
+    pub fn duplicate(&self) -> Keypair {
+        Keypair {
+            public: self.public,
+            secret: self.secret,
+        }
+    }
+
     pub(crate) fn secret(&self) -> &[u8; 32] {
         &self.secret
     }

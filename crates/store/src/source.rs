@@ -29,7 +29,13 @@ pub struct Sources {
     open: Mutex<HashMap<u32, Arc<File>>>,
     /// Blocks (entry id, offset, length) already read and found all zeros.
     zeros: HashSet<(u32, u64, u32)>,
+    /// A probe's generated data (P-36), instead of files.
+    generated: Option<Vec<u8>>,
 }
+
+/// Length of the pattern a probe's generated data repeats: a prime, so
+/// that blocks of a power-of-two size start at ever other places in it.
+const PATTERN_LEN: usize = (1 << 20) + 7;
 
 impl Sources {
     /// `paths[id]` is the file of manifest entry `id`.
@@ -39,6 +45,27 @@ impl Sources {
             stamps: HashMap::new(),
             open: Mutex::new(HashMap::new()),
             zeros: HashSet::new(),
+            generated: None,
+        }
+    }
+
+    /// Generated data in place of files, for a memory-to-memory goodput
+    /// test (`haul probe`, P-36): every entry reads as the same
+    /// pseudo-random pattern, which no codec shrinks, at memory speed.
+    pub fn generated() -> Sources {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut pattern = Vec::with_capacity(PATTERN_LEN + 8);
+        while pattern.len() < PATTERN_LEN {
+            // xorshift64*: statistically random enough to be incompressible.
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            pattern.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+        }
+        pattern.truncate(PATTERN_LEN);
+        Sources {
+            generated: Some(pattern),
+            ..Sources::new(Vec::new())
         }
     }
 
@@ -97,6 +124,17 @@ impl Sources {
     /// Fills `buf` with the bytes at `offset`. A file that shrank since it
     /// was listed is an error, never a short block.
     pub fn read_block(&self, id: u32, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        if let Some(pattern) = &self.generated {
+            let mut at = (offset % PATTERN_LEN as u64) as usize;
+            for piece in buf.chunks_mut(PATTERN_LEN) {
+                let first = piece.len().min(PATTERN_LEN - at);
+                piece[..first].copy_from_slice(&pattern[at..at + first]);
+                let rest = piece.len() - first;
+                piece[first..].copy_from_slice(&pattern[..rest]);
+                at = rest;
+            }
+            return Ok(());
+        }
         let f = self.file(id)?;
         let read = f.read_exact_at(buf, offset);
         self.unchanged(id, &f)?;
@@ -119,6 +157,9 @@ impl Sources {
     /// Checks that entry `id` still has the size and modification time it
     /// was listed with, as after every read.
     pub fn check_unchanged(&self, id: u32) -> Result<(), StoreError> {
+        if self.generated.is_some() {
+            return Ok(());
+        }
         self.unchanged(id, &*self.file(id)?)
     }
 
@@ -140,5 +181,31 @@ impl Sources {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_data_is_one_stream_at_any_offset_and_block_size() {
+        let s = Sources::generated();
+        let mut whole = vec![0u8; 3 * PATTERN_LEN + 5];
+        s.read_block(0, 0, &mut whole).unwrap();
+        for (offset, len) in [
+            (0u64, 10usize),
+            (PATTERN_LEN as u64 - 3, 9),
+            (12345, 2 * PATTERN_LEN + 1),
+        ] {
+            let mut b = vec![0u8; len];
+            s.read_block(7, offset, &mut b).unwrap();
+            assert_eq!(b, whole[offset as usize..offset as usize + len]);
+        }
+        // The pattern repeats, and nothing within it does.
+        assert_eq!(whole[..100], whole[PATTERN_LEN..PATTERN_LEN + 100]);
+        assert!(s.check_unchanged(3).is_ok());
+        let distinct: HashSet<u8> = whole[..4096].iter().copied().collect();
+        assert!(distinct.len() > 250);
     }
 }

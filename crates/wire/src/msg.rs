@@ -15,7 +15,14 @@ pub enum Op {
     Push,
     /// Server sends; `paths` holds the sources on the server.
     Pull,
+    /// Server sends `bytes` of generated, incompressible data as one file
+    /// that the client verifies and discards: a memory-to-memory goodput
+    /// test (`haul probe`, P-36). `paths` is empty.
+    Probe { bytes: u64 },
 }
+
+/// Most bytes one probe session may ask for.
+pub const MAX_PROBE_BYTES: u64 = 64 << 30;
 
 /// Protection of data frames (P-7). Control frames are always encrypted.
 pub const PROTECT_AES256GCM: u8 = 0;
@@ -360,10 +367,11 @@ impl Msg {
         let mut w = Writer::new();
         match self {
             Msg::Request(r) => {
-                w.u8(1).u8(match r.op {
-                    Op::Push => 0,
-                    Op::Pull => 1,
-                });
+                match r.op {
+                    Op::Push => w.u8(1).u8(0),
+                    Op::Pull => w.u8(1).u8(1),
+                    Op::Probe { bytes } => w.u8(1).u8(2).u64(bytes),
+                };
                 w.u32(r.paths.len() as u32);
                 for p in &r.paths {
                     w.var_bytes(p.as_bytes());
@@ -513,6 +521,7 @@ impl Msg {
                 let op = match r.u8()? {
                     0 => Op::Push,
                     1 => Op::Pull,
+                    2 => Op::Probe { bytes: r.u64()? },
                     tag => return Err(DecodeError::UnknownTag { what: "op", tag }),
                 };
                 let n = r.u32()? as usize;
@@ -855,7 +864,7 @@ pub(crate) mod tests {
         let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
         prop_oneof![
             (
-                any::<bool>(),
+                0u32..40,
                 proptest::collection::vec(".{0,20}", 0..4),
                 any::<bool>(),
                 any::<bool>(),
@@ -889,7 +898,13 @@ pub(crate) mod tests {
                             preserve,
                             compress,
                             compress_level: if compress == COMPRESS_ZSTD { level } else { 0 },
-                            op: if push { Op::Push } else { Op::Pull },
+                            op: match push {
+                                0 => Op::Push,
+                                1 => Op::Pull,
+                                n => Op::Probe {
+                                    bytes: n as u64 * 7919,
+                                },
+                            },
                             paths,
                             recursive,
                             many_sources,

@@ -3,6 +3,7 @@
 //! in `session::datagram`; this module only moves datagrams between it and
 //! the socket, and seals and opens them.
 
+pub mod echo;
 pub mod receive;
 pub mod send;
 pub mod setup;

@@ -39,7 +39,7 @@ pub(crate) fn run(
     sh: &Shared<SenderSession>,
     link: UdpLink,
     sources: &Sources,
-    cap: Option<u64>,
+    (cap, start): (Option<u64>, Option<u64>),
     acks: Receiver<Vec<(u32, u32)>>,
 ) {
     let (tx, rx) = mpsc::sync_channel::<ReadBlock>(2 * link.workers);
@@ -62,7 +62,7 @@ pub(crate) fn run(
             });
         }
         drop(tx);
-        if let Err(e) = pump(sh, &link, cap, rx, acks, &tail) {
+        if let Err(e) = pump(sh, &link, (cap, start), rx, acks, &tail) {
             sh.fail_transport(e);
         }
     });
@@ -71,13 +71,15 @@ pub(crate) fn run(
 fn pump(
     sh: &Shared<SenderSession>,
     link: &UdpLink,
-    cap: Option<u64>,
+    (cap, start_rate): (Option<u64>, Option<u64>),
     blocks: Receiver<ReadBlock>,
     acks: Receiver<Vec<(u32, u32)>>,
     tail: &AtomicBool,
 ) -> Result<(), TransferError> {
     let start = Instant::now();
-    let initial = cap.map_or(INITIAL_RATE, |c| c.min(INITIAL_RATE));
+    // A rate `haul probe` measured on this path (P-36) may start it higher.
+    let first = start_rate.unwrap_or(INITIAL_RATE).max(INITIAL_RATE);
+    let initial = cap.map_or(first, |c| c.min(first));
     let controller = Adaptive::new(initial, cap).with_rtt(link.rtt);
     let mut tx = DatagramSender::new(link.payload, link.rtt, Box::new(controller));
     let p = sh.progress;

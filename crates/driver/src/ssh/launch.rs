@@ -55,6 +55,10 @@ pub struct SshLink {
     pub direct: Vec<SocketAddr>,
     /// The remote side's release, for the summary.
     pub remote_release: String,
+    /// Set once connected: the one-time identity and the address reached
+    /// (direct, or the relay's), for further sessions ([`super::reconnect`]).
+    pub(crate) identity: Option<secure::Keypair>,
+    pub(crate) reached: Option<SocketAddr>,
 }
 
 impl SshSpec {
@@ -184,6 +188,8 @@ impl SshLink {
             port,
             direct: direct_candidates(theirs.addr.as_deref(), &spec.host, port),
             remote_release: theirs.release,
+            identity: None,
+            reached: None,
         })
     }
 

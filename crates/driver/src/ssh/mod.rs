@@ -79,6 +79,7 @@ pub fn connect(
         started.elapsed().as_secs_f64(),
         link.port
     );
+    link.identity = Some(identity.duplicate());
     cfg.identity = identity;
     cfg.trust = ServerTrust::Key(link.server_key);
     cfg.port = link.port;
@@ -89,6 +90,7 @@ pub fn connect(
                     "connected directly to {addr} at {:.2}s",
                     started.elapsed().as_secs_f64()
                 );
+                link.reached = Some(addr);
                 return Ok((Connected::establish(cfg, addr, stream, started)?, link));
             }
             Err(why) => {
@@ -110,11 +112,45 @@ pub fn connect(
             ),
         ));
     }
-    cfg.dial = vec![link.relay()?];
+    let relay = link.relay()?;
+    link.reached = Some(relay);
+    through_relay(&mut cfg, relay);
+    let (addr, stream) = Connected::dial_first(&cfg)?;
+    Ok((Connected::establish(cfg, addr, stream, started)?, link))
+}
+
+/// One stream of TCP through the relay's local address.
+fn through_relay(cfg: &mut ClientConfig, relay: std::net::SocketAddr) {
+    cfg.dial = vec![relay];
     cfg.streams = Some(1);
     cfg.transport = Transport::Tcp;
     // Buffers of a loopback connection need no forcing.
     cfg.tuning.force_buffer = None;
+}
+
+/// Another session with the remote side `link` started, by the route the
+/// first one took (`haul probe` runs several).
+pub fn reconnect(mut cfg: ClientConfig, link: &SshLink) -> Result<Connected, TransferError> {
+    let started = Instant::now();
+    let (Some(identity), Some(reached)) = (&link.identity, link.reached) else {
+        return Err(TransferError::new(
+            wire::ErrorCode::Other,
+            "no session was made over this ssh link yet",
+        ));
+    };
+    if link.relayed() {
+        if cfg.transport == Transport::Udp {
+            return Err(TransferError::new(
+                wire::ErrorCode::Connect,
+                "the ssh channel carries only TCP; the UDP channel needs a direct path",
+            ));
+        }
+        through_relay(&mut cfg, reached);
+    }
+    cfg.identity = identity.duplicate();
+    cfg.trust = ServerTrust::Key(link.server_key);
+    cfg.port = link.port;
+    cfg.dial = vec![reached];
     let (addr, stream) = Connected::dial_first(&cfg)?;
-    Ok((Connected::establish(cfg, addr, stream, started)?, link))
+    Connected::establish(cfg, addr, stream, started)
 }
