@@ -323,7 +323,7 @@ fn text_of(peer: &Peer, f: &Findings, saved: Option<&PathBuf>) -> String {
     }
     let _ = writeln!(
         o,
-        "goodput, memory to memory (steady: over the second half of each test):"
+        "goodput, memory to memory (steady: from half of each test's time to 95% of its bytes):"
     );
     for t in &f.trials {
         let what = match t.transport {

@@ -269,3 +269,37 @@ fn taste_of_nothing_says_so() {
     let err = fails(&out, 6);
     assert!(err.contains("nothing to taste"), "{err}");
 }
+
+#[test]
+fn doctor_takes_the_path_the_latest_probe_measured() {
+    let home = tempfile::tempdir().unwrap();
+    let probes = home.path().join("probes");
+    std::fs::create_dir_all(&probes).unwrap();
+    let saved = |host: &str, time: u64, rtt: f64, rate: u64| {
+        let doc = serde_json::json!({
+            "host": host, "port": 7050, "ssh": false, "time": time,
+            "transport": "udp", "streams": 4, "rate_bps": rate, "rtt_ms": rtt,
+        });
+        std::fs::write(probes.join(format!("{host}_7050.json")), doc.to_string()).unwrap();
+    };
+    saved("old", 1_000, 10.0, 100_000_000);
+    saved("dtn1", 2_000, 80.0, 500_000_000);
+    let doctor = |extra: &[&str]| {
+        let mut c = Command::new(HAUL);
+        c.args(["doctor", "--json"])
+            .args(extra)
+            .env("HAUL_HOME", home.path());
+        json_of(&c.output().unwrap())
+    };
+    let d = doctor(&[]);
+    assert_eq!(d["source"], "probe", "{d}");
+    assert_eq!(d["probed_host"], "dtn1", "the latest: {d}");
+    // 500 Mbit/s at 80 ms: 5 MB in flight.
+    assert_eq!(d["bdp_bytes"], 5_000_000, "{d}");
+    // Given values win over the probe.
+    let d = doctor(&["--rtt", "150", "--rate", "1G"]);
+    assert_eq!(
+        (d["source"].clone(), d["bdp_bytes"].clone()),
+        ("given".into(), 18_750_000.into())
+    );
+}
