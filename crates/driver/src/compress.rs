@@ -56,6 +56,11 @@ pub struct Compression {
     /// When the link rate was last given to the policy.
     metered: Mutex<Option<Instant>>,
     off: bool,
+    /// `--rate`, bytes per second: the link the policy sees is no faster.
+    /// TCP's windows say nothing of it (on a fast path they allow far
+    /// more), so without this cap a rate-limited transfer was judged to
+    /// have a fast link and sent text raw.
+    cap: Option<f64>,
 }
 
 impl Compression {
@@ -66,7 +71,17 @@ impl Compression {
             policy: Mutex::new(Auto::new(mode, cores, cores)),
             metered: Mutex::new(None),
             off: mode == Mode::Fixed(Codec::None),
+            cap: None,
         }
+    }
+
+    /// Caps the link rate the policy sees at `--rate` (bytes per second).
+    pub fn capped(mut self, cap: Option<u64>) -> Compression {
+        self.cap = cap.map(|c| c as f64);
+        if let Some(c) = self.cap {
+            self.lock().set_link_rate(c);
+        }
+        self
     }
 
     /// `--compress none`: nothing is compressed.
@@ -114,6 +129,7 @@ impl Compression {
             return CODEC_NONE;
         }
         if let Some(rate) = self.link_rate(progress, tcp_rate) {
+            let rate = self.cap.map_or(rate, |c| rate.min(c));
             self.lock().set_link_rate(rate);
         }
         let decision = self.lock().decide(&buf[at..]);
@@ -254,6 +270,24 @@ mod tests {
             let (k, l) = mode_to_wire(m);
             assert_eq!(mode_from_wire(k, l), m);
         }
+    }
+
+    #[test]
+    fn a_rate_cap_is_the_link_the_policy_sees() {
+        let p = Progress::default();
+        let text: Vec<u8> = (0..60_000)
+            .flat_map(|i| format!("GET /item/{} HTTP/1.1 200 {}\n", i % 500, i % 7).into_bytes())
+            .collect();
+        // TCP's windows claim 20 Gbit/s: no core keeps up, text goes raw.
+        let fast = || Some(2.5e9);
+        let open = Compression::new(Mode::Auto);
+        let mut buf = text.clone();
+        assert_eq!(open.encode(&mut buf, 0, &p, fast), CODEC_NONE);
+        // Under --rate 100M the same text is worth compressing.
+        let capped = Compression::new(Mode::Auto).capped(Some(12_500_000));
+        let mut buf = text.clone();
+        assert_ne!(capped.encode(&mut buf, 0, &p, fast), CODEC_NONE);
+        assert!(buf.len() < text.len() / 2);
     }
 
     #[test]

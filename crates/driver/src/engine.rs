@@ -266,7 +266,7 @@ fn run_sender_with(
     )?;
     let (rate, start_rate) = (how.rate, how.start_rate);
     let mut sh = Shared::new(session, ctrl_w, sockets, progress);
-    sh.compression = Compression::new(how.compress);
+    sh.compression = Compression::new(how.compress).capped(how.rate);
     let bucket = rate.map(|r| Mutex::new(TokenBucket::new(r, (r / 50).max(256 << 10))));
     let (acks_tx, acks_rx) = mpsc::channel();
     let acks_tx = udp.is_some().then_some(acks_tx);

@@ -85,7 +85,8 @@ fn add_children(
     children.sort_by_key(|c| c.file_name());
     for c in children {
         let cp = c.path();
-        let cm = fs::symlink_metadata(&cp).map_err(|e| StoreError::io("read", &cp, &e))?;
+        // fstatat on the open directory: no walk of the whole path again.
+        let cm = c.metadata().map_err(|e| StoreError::io("read", &cp, &e))?;
         let mut crel = rel.map(|r| [r, b"/"].concat()).unwrap_or_default();
         crel.extend_from_slice(c.file_name().as_bytes());
         add(w, &cp, crel, &cm, recursive, false)?;
