@@ -607,3 +607,34 @@ fn past_max_sessions_a_client_is_told_the_server_is_busy() {
     let _ = first.kill();
     let _ = first.wait();
 }
+
+#[test]
+fn probe_of_nothing_and_bad_probe_options_say_so() {
+    let env = Env::new();
+    let probe = |args: &[&str]| {
+        Command::new(HAUL)
+            .arg("probe")
+            .args(args)
+            .env("HAUL_HOME", &env.home)
+            .output()
+            .unwrap()
+    };
+    let err = fails(&probe(&["--daemon", "no-such-host.invalid"]), 3);
+    assert!(err.contains("unknown host"), "{err}");
+    // A port nothing listens on: refused, with the JSON error too.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let out = probe(&["--json", &format!("127.0.0.1:{port}")]);
+    let err = fails(&out, 3);
+    assert!(err.contains("connection refused"), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(doc["exit_code"], 3, "{doc}");
+    let err = fails(&probe(&["--seconds", "100", "127.0.0.1:1"]), 2);
+    assert!(err.contains("--seconds"), "{err}");
+    let err = fails(&probe(&["/not/a/host"]), 2);
+    assert!(err.contains("is not a host"), "{err}");
+    // Nothing was saved for hosts never measured.
+    assert!(!env.home.join("probes").exists());
+}
