@@ -43,7 +43,7 @@ pub struct Stamp {
 
 impl Stamp {
     /// How many blocks a file of this stamp has.
-    fn blocks(&self) -> u64 {
+    pub(crate) fn blocks(&self) -> u64 {
         self.size.div_ceil(self.block_size.max(1) as u64)
     }
 }

@@ -129,6 +129,9 @@ pub struct OutFile {
     journal: Mutex<Option<Journal>>,
     /// The blocks an earlier transfer's journal listed, until taken.
     listed: Mutex<Vec<(u32, [u8; 32])>>,
+    /// A journal may lie beside the partial (this transfer opened one, or
+    /// an earlier transfer's partial was found), to remove when placed.
+    journaled: AtomicBool,
 }
 
 struct Handle {
@@ -156,13 +159,21 @@ impl OutFile {
             }
             h.created = true;
             // Without its journal a partial still resumes, by content (P-31).
-            let path = partial::journal_name(&self.final_path);
-            match Journal::open(&path, &self.stamp, had) {
-                Ok((j, listed)) => {
-                    *self.journal.lock().expect("journal") = Some(j);
-                    *self.listed.lock().expect("listed blocks") = listed;
+            // A file of one block keeps none (P-35): its block is all or
+            // nothing, and the journal's create, record and removal were
+            // seven of a small file's twenty-one system calls.
+            if had || self.stamp.blocks() > 1 {
+                self.journaled.store(true, Ordering::Release);
+            }
+            if self.stamp.blocks() > 1 {
+                let path = partial::journal_name(&self.final_path);
+                match Journal::open(&path, &self.stamp, had) {
+                    Ok((j, listed)) => {
+                        *self.journal.lock().expect("journal") = Some(j);
+                        *self.listed.lock().expect("listed blocks") = listed;
+                    }
+                    Err(e) => tracing::warn!("no resume journal for {}: {e}", path.display()),
                 }
-                Err(e) => tracing::warn!("no resume journal for {}: {e}", path.display()),
             }
             f
         } else {
@@ -421,6 +432,7 @@ impl Sink {
             stamp: *stamp,
             journal: Mutex::new(None),
             listed: Mutex::new(Vec::new()),
+            journaled: AtomicBool::new(false),
         };
         if self.open.load(Ordering::SeqCst) < MAX_OPEN {
             out.handle()?;
@@ -633,7 +645,7 @@ impl Sink {
         for (f, ..) in &found {
             fs::rename(&f.temp, &f.final_path)
                 .map_err(|e| StoreError::io("rename into place", &f.final_path, &e))?;
-            if f.resumable {
+            if f.resumable && f.journaled.load(Ordering::Acquire) {
                 *f.journal.lock().expect("journal") = None;
                 let _ = fs::remove_file(partial::journal_name(&f.final_path));
             }
@@ -887,6 +899,33 @@ mod tests {
             1,
             "no temporary file left"
         );
+    }
+
+    #[test]
+    fn a_file_of_one_block_keeps_no_journal() {
+        let d = tempfile::tempdir().unwrap();
+        let bs = 64 << 10;
+        let st = Stamp {
+            block_size: bs,
+            ..stamp(1000)
+        };
+        let s = sink_at(d.path(), "small", false);
+        s.open_file(1, b"small", &st).unwrap();
+        s.write_block(1, 0, &[7; 1000]).unwrap();
+        s.record(1, 0, &session::block_hash(&[7; 1000]));
+        let journal = d.path().join(".small.haul.journal");
+        assert!(!journal.exists());
+        // Stopped here, its partial stays and resumes by content (P-35).
+        s.abort();
+        assert!(d.path().join(".small.haul.part").exists());
+        let s = sink_at(d.path(), "small", false);
+        s.open_file(1, b"small", &st).unwrap();
+        assert_eq!(s.held_blocks(1).unwrap(), vec![]);
+        s.write_block(1, 0, &[7; 1000]).unwrap();
+        s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+        assert_eq!(fs::read(d.path().join("small")).unwrap(), vec![7; 1000]);
+        assert!(!journal.exists());
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
     }
 
     #[test]
