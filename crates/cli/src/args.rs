@@ -69,7 +69,8 @@ pub struct ProbeArgs {
     /// The server: HOST, USER@HOST, or HOST:PORT for a daemon.
     #[arg(value_name = "HOST")]
     pub target: String,
-    /// About how long each goodput test and the echo train last, seconds.
+    /// About how long each goodput test lasts, and the echo train (at
+    /// most 10), seconds.
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
     /// Measure without encrypting data frames (as `cp --no-encrypt`).

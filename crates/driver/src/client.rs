@@ -793,7 +793,7 @@ impl Connected {
         recursive: bool,
         sink: &Sink,
     ) -> Result<Report, TransferError> {
-        let (streams, _) = self.streams();
+        let (streams, window) = self.streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
         let opts = crate::dedup::ReceiveOptions {
             sync: self.cfg.sync,
@@ -811,7 +811,7 @@ impl Connected {
             streams,
             gated,
         )?;
-        self.receive(plan, sink, &opts, gated)
+        self.receive(plan, sink, &opts, gated, window)
     }
 
     /// Runs the receiving side of an accepted request.
@@ -821,8 +821,8 @@ impl Connected {
         sink: &Sink,
         opts: &crate::dedup::ReceiveOptions,
         gated: bool,
+        window: u64,
     ) -> Result<Report, TransferError> {
-        let window = self.streams().1;
         let (path, streams) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;
@@ -856,7 +856,7 @@ impl Connected {
     /// `echo`, the UDP channel's set-up is followed by echo measurements
     /// over that span (the transport must then be UDP).
     pub fn probe(mut self, bytes: u64, echo: Option<Duration>) -> Result<ProbeRun, TransferError> {
-        let (streams, _) = self.streams();
+        let (streams, window) = self.streams();
         self.echo_span = echo;
         let (plan, _) = self.request(
             Op::Probe { bytes },
@@ -888,7 +888,7 @@ impl Connected {
                 }
                 samples
             });
-            let report = self.receive(plan, &sink, &opts, false);
+            let report = self.receive(plan, &sink, &opts, false, window);
             done.store(true, std::sync::atomic::Ordering::Release);
             (report, sampler.join().unwrap_or_default())
         });

@@ -7,6 +7,8 @@
 //! - [`partial`]: the files an interrupted transfer leaves, found again
 //!   and resumed from.
 //! - [`journal`]: the record beside a partial of which blocks it holds.
+//! - `out_file`: one file being received: its temporary, its descriptor,
+//!   its journal.
 //! - [`sink`]: create directories, links and temporary files at the
 //!   destination, write blocks in place, and rename a file into place only
 //!   after it is verified and synced.
@@ -15,6 +17,7 @@ pub mod cache;
 pub mod confine;
 pub mod error;
 pub mod journal;
+mod out_file;
 pub mod partial;
 pub mod sink;
 pub mod source;

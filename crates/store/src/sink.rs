@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -25,9 +25,10 @@ use session::paths::{self, Placement};
 
 use crate::confine::Root;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::journal::{Journal, Stamp};
+use crate::journal::Stamp;
+pub use crate::out_file::OutFile;
+use crate::out_file::{Handle, MAX_OPEN};
 use crate::partial;
-use crate::temp::{create_temp, open_resumable};
 
 /// Where received entries go.
 pub enum Destination {
@@ -99,108 +100,6 @@ impl Destination {
             placement,
             root,
         })
-    }
-}
-
-/// Temporary files kept open at once. A tree's manifest announces every
-/// file at once; beyond this many, a file's descriptor is opened for each
-/// write and closed again, so a receiver of any number of files stays
-/// within the process's descriptor limit.
-const MAX_OPEN: usize = 256;
-
-/// A file being received.
-pub struct OutFile {
-    /// The temporary file's descriptor while kept (at most [`MAX_OPEN`]
-    /// are), and whether the file exists yet.
-    handle: Mutex<Handle>,
-    size: u64,
-    open: Arc<AtomicUsize>,
-    temp: PathBuf,
-    final_path: PathBuf,
-    /// The temporary name is the resumable one (P-35).
-    resumable: bool,
-    /// It holds bytes worth resuming from: some written by this transfer,
-    /// or by an earlier one.
-    holds_data: AtomicBool,
-    /// What the file is a copy of, for its journal (P-35).
-    stamp: Stamp,
-    /// The resumable file's journal, once the file is open; `None` where
-    /// there is none or writing it failed.
-    journal: Mutex<Option<Journal>>,
-    /// The blocks an earlier transfer's journal listed, until taken.
-    listed: Mutex<Vec<(u32, [u8; 32])>>,
-    /// A journal may lie beside the partial (this transfer opened one, or
-    /// an earlier transfer's partial was found), to remove when placed.
-    journaled: AtomicBool,
-}
-
-struct Handle {
-    file: Option<Arc<File>>,
-    created: bool,
-}
-
-impl OutFile {
-    /// The temporary file's descriptor: the one kept, or a fresh one
-    /// (kept if few enough are), creating the file on first use.
-    fn handle(&self) -> Result<Arc<File>, StoreError> {
-        let mut h = self.handle.lock().expect("file handle");
-        if let Some(f) = &h.file {
-            return Ok(f.clone());
-        }
-        let f = if h.created {
-            OpenOptions::new()
-                .write(true)
-                .open(&self.temp)
-                .map_err(|e| StoreError::io("open", &self.temp, &e))?
-        } else if self.resumable {
-            let (f, had) = open_resumable(&self.temp, &self.final_path, self.size)?;
-            if had {
-                self.holds_data.store(true, Ordering::Release);
-            }
-            h.created = true;
-            // Without its journal a partial still resumes, by content (P-31).
-            // A file of one block keeps none (P-35): its block is all or
-            // nothing, and the journal's create, record and removal were
-            // seven of a small file's twenty-one system calls.
-            if had || self.stamp.blocks() > 1 {
-                self.journaled.store(true, Ordering::Release);
-            }
-            if self.stamp.blocks() > 1 {
-                let path = partial::journal_name(&self.final_path);
-                match Journal::open(&path, &self.stamp, had) {
-                    Ok((j, listed)) => {
-                        *self.journal.lock().expect("journal") = Some(j);
-                        *self.listed.lock().expect("listed blocks") = listed;
-                    }
-                    Err(e) => tracing::warn!("no resume journal for {}: {e}", path.display()),
-                }
-            }
-            f
-        } else {
-            let f = create_temp(&self.temp, &self.final_path, self.size)?;
-            h.created = true;
-            f
-        };
-        let f = Arc::new(f);
-        if self.open.fetch_add(1, Ordering::SeqCst) < MAX_OPEN {
-            h.file = Some(f.clone());
-        } else {
-            self.open.fetch_sub(1, Ordering::SeqCst);
-        }
-        Ok(f)
-    }
-}
-
-impl Drop for OutFile {
-    fn drop(&mut self) {
-        let kept = self
-            .handle
-            .get_mut()
-            .map(|h| h.file.take().is_some())
-            .unwrap_or(false);
-        if kept {
-            self.open.fetch_sub(1, Ordering::SeqCst);
-        }
     }
 }
 
@@ -816,6 +715,7 @@ impl Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     fn stamp(size: u64) -> Stamp {
         Stamp {

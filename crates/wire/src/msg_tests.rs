@@ -1,0 +1,236 @@
+//! Tests of the control messages: every variant round-trips, any bytes
+//! decode without a panic, options and limits are checked.
+
+use super::*;
+use proptest::prelude::*;
+
+#[test]
+fn request_options_byte() {
+    let req = Request {
+        op: Op::Push,
+        paths: vec!["d/".into()],
+        recursive: true,
+        many_sources: false,
+        streams: 4,
+        block_size: 1 << 20,
+        protection: PROTECT_AES256GCM,
+        rate: 0,
+        transport: TRANSPORT_TCP,
+        contents: true,
+        preserve: true,
+        compress: COMPRESS_ZSTD,
+        compress_level: 9,
+        sync: SyncOptions::default(),
+        basis: String::new(),
+    };
+    let mut full = Msg::Request(req.clone()).encode();
+    // The sync byte and an empty basis (a 4-byte length) come last.
+    let sync_at = full.len() - 5;
+    full[sync_at] = 64;
+    assert!(Msg::decode(&full).is_err(), "unknown sync bit");
+    full[sync_at] = 63;
+    assert!(matches!(
+        Msg::decode(&full),
+        Ok(Msg::Request(Request {
+            sync: SyncOptions {
+                dedup: true,
+                dry_run: true,
+                ..
+            },
+            ..
+        }))
+    ));
+    full[sync_at] = 0;
+    let mut bytes = full[..sync_at].to_vec();
+    let n = bytes.len();
+    let tail = full[sync_at..].to_vec();
+    let decode = |b: &[u8]| {
+        let mut whole = b.to_vec();
+        whole.extend_from_slice(&tail);
+        Msg::decode(&whole)
+    };
+    assert_eq!(bytes[n - 3], 0b11);
+    assert_eq!(decode(&bytes).unwrap(), Msg::Request(req));
+    // A bit this version does not know is refused, not ignored.
+    bytes[n - 3] = 0b100;
+    assert!(decode(&bytes).is_err());
+    bytes[n - 3] = 0b11;
+    // So are an unknown compression and a level out of range.
+    bytes[n - 2] = 4;
+    assert!(decode(&bytes).is_err());
+    bytes[n - 2] = COMPRESS_ZSTD;
+    bytes[n - 1] = 20;
+    assert!(decode(&bytes).is_err());
+    bytes[n - 2] = COMPRESS_LZ4;
+    bytes[n - 1] = 3;
+    assert!(decode(&bytes).is_err());
+}
+
+fn arb_kind() -> impl Strategy<Value = EntryKind> {
+    prop_oneof![
+        (any::<u64>(), any::<u32>(), any::<i64>(), any::<u32>()).prop_map(
+            |(size, mode, mtime, mtime_nsec)| EntryKind::File {
+                size,
+                mode,
+                mtime,
+                mtime_nsec
+            }
+        ),
+        (any::<u32>(), any::<i64>(), any::<u32>()).prop_map(|(mode, mtime, mtime_nsec)| {
+            EntryKind::Dir {
+                mode,
+                mtime,
+                mtime_nsec,
+            }
+        }),
+        Just(EntryKind::Symlink),
+    ]
+}
+
+pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
+    let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
+    prop_oneof![
+        (
+            0u32..40,
+            proptest::collection::vec(".{0,20}", 0..4),
+            any::<bool>(),
+            any::<bool>(),
+            any::<u16>(),
+            any::<u32>(),
+            0u8..=2,
+            (
+                any::<u64>(),
+                0u8..=1,
+                any::<bool>(),
+                any::<bool>(),
+                (0u8..=3, 1u8..=19),
+                (0u8..64, ".{0,20}")
+            )
+        )
+            .prop_map(
+                |(
+                    push,
+                    paths,
+                    recursive,
+                    many_sources,
+                    streams,
+                    block_size,
+                    protection,
+                    (rate, transport, contents, preserve, (compress, level), (sync, basis)),
+                )| {
+                    Msg::Request(Request {
+                        sync: SyncOptions::from_bits(sync).unwrap(),
+                        basis,
+                        contents,
+                        preserve,
+                        compress,
+                        compress_level: if compress == COMPRESS_ZSTD { level } else { 0 },
+                        op: match push {
+                            0 => Op::Push,
+                            1 => Op::Pull,
+                            n => Op::Probe {
+                                bytes: n as u64 * 7919,
+                            },
+                        },
+                        paths,
+                        recursive,
+                        many_sources,
+                        streams,
+                        block_size,
+                        protection,
+                        rate,
+                        transport,
+                    })
+                }
+            ),
+        (any::<[u8; 16]>(), any::<u16>(), any::<u16>(), any::<bool>()).prop_map(
+            |(session, streams, udp_port, gated)| Msg::Accept {
+                session,
+                streams,
+                udp_port,
+                gated,
+            }
+        ),
+        (
+            any::<u32>(),
+            proptest::collection::vec((any::<[u8; 16]>(), any::<u32>()), 0..10)
+        )
+            .prop_map(|(file, chunks)| Msg::Chunks { file, chunks }),
+        proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Ready),
+        (
+            any::<u32>(),
+            proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..10)
+        )
+            .prop_map(|(file, blocks)| Msg::Have { file, blocks }),
+        proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Kept),
+        proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Skip),
+        (any::<u32>(), any::<[u8; 32]>()).prop_map(|(file, digest)| Msg::Digest { file, digest }),
+        proptest::collection::vec(bytes(), 0..5).prop_map(Msg::Deleted),
+        (any::<u16>(), any::<[u64; 4]>()).prop_map(|(cores, v)| Msg::DecodeSpeed {
+            cores,
+            lz4_bytes: v[0],
+            lz4_micros: v[1],
+            zstd_bytes: v[2],
+            zstd_micros: v[3],
+        }),
+        (any::<u32>(), bytes(), arb_kind(), bytes()).prop_map(|(id, path, kind, target)| {
+            Msg::Entry(Entry {
+                id,
+                path,
+                kind,
+                target,
+            })
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(files, bytes)| Msg::ManifestEnd { files, bytes }),
+        (any::<u32>(), any::<[u8; 32]>()).prop_map(|(file, digest)| Msg::FileEnd { file, digest }),
+        proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Acks),
+        proptest::collection::vec((any::<u32>(), any::<u32>()), 0..20).prop_map(Msg::Zeros),
+        (any::<u32>(), any::<u32>()).prop_map(|(file, index)| Msg::Nack { file, index }),
+        any::<u32>().prop_map(|file| Msg::FileDone { file }),
+        (0u8..13, ".{0,40}").prop_map(|(c, message)| Msg::Error {
+            code: ErrorCode::from_u8(c),
+            message
+        }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(files, file_bytes, bad_blocks)| {
+            Msg::Done(Summary {
+                files,
+                file_bytes,
+                bad_blocks,
+            })
+        }),
+        Just(Msg::Welcome),
+        any::<u16>().prop_map(|udp_payload| Msg::UseTransport { udp_payload }),
+        (
+            1u32..=crate::packed::MAX_PACKED as u32,
+            proptest::collection::vec(any::<u8>(), 1..40)
+        )
+            .prop_map(|(raw_len, data)| Msg::Packed { raw_len, data }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn roundtrip(m in arb_msg()) {
+        prop_assert_eq!(Msg::decode(&m.encode()).unwrap(), m);
+    }
+
+    #[test]
+    fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let _ = Msg::decode(&b);
+    }
+
+    #[test]
+    fn mutated_messages_never_panic(m in arb_msg(), at: usize, byte: u8) {
+        let mut b = m.encode();
+        let i = at % b.len();
+        b[i] = byte;
+        let _ = Msg::decode(&b);
+    }
+}
+
+#[test]
+fn huge_ack_count_is_refused_without_allocating() {
+    let mut b = vec![6u8];
+    b.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(Msg::decode(&b).is_err());
+}
