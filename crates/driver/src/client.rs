@@ -879,27 +879,33 @@ impl Connected {
         // Verified bytes over time, to tell the steady rate from the start.
         let progress = self.progress.clone();
         let done = std::sync::atomic::AtomicBool::new(false);
-        let (report, samples) = std::thread::scope(|scope| {
+        // Bytes read off the wire too: verifying may lag the link for a
+        // moment on a busy host, reading the sockets much less.
+        let wire = |p: &Progress| Progress::get(&p.wire_rx) + Progress::get(&p.udp_bytes);
+        let (report, (mut samples, mut wire_samples)) = std::thread::scope(|scope| {
             let sampler = scope.spawn(|| {
-                let mut samples = Vec::new();
+                let (mut verified, mut read) = (Vec::new(), Vec::new());
                 while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    samples.push((begun.elapsed(), Progress::get(&progress.done_bytes)));
+                    let t = begun.elapsed();
+                    verified.push((t, Progress::get(&progress.done_bytes)));
+                    read.push((t, wire(&progress)));
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                samples
+                (verified, read)
             });
             let report = self.receive(plan, &sink, &opts, false, window);
             done.store(true, std::sync::atomic::Ordering::Release);
             (report, sampler.join().unwrap_or_default())
         });
         let data_time = begun.elapsed();
-        let mut samples = samples;
         samples.push((data_time, bytes));
+        wire_samples.push((data_time, wire(&progress)));
         Ok(ProbeRun {
             report: report?,
             data_time,
             echo,
             samples,
+            wire_samples,
         })
     }
 }
@@ -915,6 +921,9 @@ pub struct ProbeRun {
     /// Verified bytes at moments since the data path was set up, every
     /// 10 ms, the end last.
     pub samples: Vec<(Duration, u64)>,
+    /// Bytes read off the wire (TCP streams and control, or UDP
+    /// datagrams) at the same moments.
+    pub wire_samples: Vec<(Duration, u64)>,
 }
 
 #[cfg(test)]
