@@ -76,6 +76,16 @@ fn load_identity(path: &Path, explicit: bool) -> Result<Keypair, TransferError> 
     Keypair::load(path).map_err(auth)
 }
 
+/// How data frames are protected: encrypted with the best cipher here, or
+/// (`--no-encrypt`) authenticated only.
+pub fn protection(no_encrypt: bool) -> Protection {
+    if no_encrypt {
+        Protection::IntegrityOnly
+    } else {
+        Protection::best_encrypting()
+    }
+}
+
 /// How to reach `peer`: over ssh or to a daemon, decided once.
 pub struct Reach {
     pub peer: Peer,

@@ -5,7 +5,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use driver::{ClientConfig, Report, TransferError, Transport};
-use secure::Protection;
 use store::{Destination, Root, Sink};
 
 use crate::args::{CpArgs, TransportArg};
@@ -179,11 +178,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             "--remote-ports is for a remote side started over ssh; a daemon's data ports are set by `haul serve --data-ports`",
         ));
     }
-    let protection = if a.no_encrypt {
-        Protection::IntegrityOnly
-    } else {
-        Protection::best_encrypting()
-    };
+    let protection = crate::connect::protection(a.no_encrypt);
     let transport = match a.transport {
         TransportArg::Tcp => Transport::Tcp,
         TransportArg::Udp => Transport::Udp,

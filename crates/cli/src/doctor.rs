@@ -369,10 +369,13 @@ fn free_space(dir: &Path) -> Option<u64> {
 pub fn run(a: DoctorArgs) -> i32 {
     let given = a.rtt.is_some() || a.rate.is_some();
     // Without --rtt and --rate: the path the last `haul probe` measured.
-    let probed = (!given).then(crate::probe::latest).flatten();
+    let probed = (!given)
+        .then(crate::probe::latest)
+        .flatten()
+        .filter(|p| p.rtt_ms > 0.0 && p.rate_bps > 0);
     let (rtt_ms, rate) = match &probed {
-        Some(p) if p.rtt_ms > 0.0 && p.rate_bps > 0 => (p.rtt_ms, p.rate_bps),
-        _ => (
+        Some(p) => (p.rtt_ms, p.rate_bps),
+        None => (
             a.rtt.unwrap_or(DEFAULT_RTT_MS),
             // parse_rate gives bytes per second.
             a.rate.map_or(DEFAULT_RATE, |r| r * 8),
@@ -380,8 +383,8 @@ pub fn run(a: DoctorArgs) -> i32 {
     };
     let source = match &probed {
         _ if given => "given",
-        Some(p) if p.rtt_ms > 0.0 && p.rate_bps > 0 => "probe",
-        _ => "assumed",
+        Some(_) => "probe",
+        None => "assumed",
     };
     let t = Target {
         rtt: Duration::from_secs_f64(rtt_ms / 1e3),
@@ -406,15 +409,14 @@ pub fn run(a: DoctorArgs) -> i32 {
         rate_name(t.rate as f64),
         t.rtt.as_secs_f64() * 1e3,
         bytes(t.bdp()),
-        match (&probed, source) {
-            (Some(p), "probe") => format!(
+        match &probed {
+            _ if given => String::new(),
+            Some(p) => format!(
                 " — as `haul probe {}` measured it; give another with --rtt MS --rate R",
                 p.host
             ),
-            (_, "assumed") =>
-                " — assumed; give yours with --rtt MS --rate R, or run `haul probe HOST`"
-                    .to_string(),
-            _ => String::new(),
+            None => " — assumed; give yours with --rtt MS --rate R, or run `haul probe HOST`"
+                .to_string(),
         }
     );
     for c in &list {

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use driver::datagram::echo::RttStats;
 use driver::probe::{Advice, Findings, ProbeOptions, Trial};
 use driver::{ClientConfig, TransferError, Transport};
-use secure::Protection;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -170,11 +169,7 @@ fn probe(a: &ProbeArgs) -> Result<(), TransferError> {
     }
     let peer = parse_target(&a.target)?;
     let reach = Reach::decide(&a.conn, peer)?;
-    let protection = if a.no_encrypt {
-        Protection::IntegrityOnly
-    } else {
-        Protection::best_encrypting()
-    };
+    let protection = crate::connect::protection(a.no_encrypt);
     let mut dialer = reach.dialer(&a.conn, String::new())?;
     let opts = ProbeOptions {
         span: Duration::from_secs_f64(a.seconds),

@@ -243,11 +243,12 @@ pub fn steady_goodput(samples: &[(Duration, u64)]) -> Option<f64> {
     // Bytes at time `t`.
     let half = end.as_secs_f64() / 2.0;
     let i = pts.iter().position(|p| p.0 >= half)?;
-    let at_half = interpolate(pts.get(i.checked_sub(1)?)?, &pts[i], half, true);
+    let at_half = lerp(*pts.get(i.checked_sub(1)?)?, pts[i], half);
     // Time at which `mark` bytes were verified.
     let mark = total as f64 * 0.95;
     let j = pts.iter().position(|p| p.1 >= mark)?;
-    let at_mark = interpolate(pts.get(j.checked_sub(1)?)?, &pts[j], mark, false);
+    let swap = |(t, b): (f64, f64)| (b, t);
+    let at_mark = lerp(swap(*pts.get(j.checked_sub(1)?)?), swap(pts[j]), mark);
     (at_mark > half).then(|| ((mark - at_half) / (at_mark - half)).max(0.0))
 }
 
@@ -264,20 +265,13 @@ pub fn steady(verified: &[(Duration, u64)], wire: &[(Duration, u64)]) -> Option<
     }
 }
 
-/// Between samples `a` and `b` (time, bytes): the bytes at time `x`, or
-/// (`bytes_at` false) the time at bytes `x`.
-fn interpolate(a: &(f64, f64), b: &(f64, f64), x: f64, bytes_at: bool) -> f64 {
-    let ((t0, b0), (t1, b1)) = (*a, *b);
-    if bytes_at {
-        if t1 > t0 {
-            b0 + (b1 - b0) * (x - t0) / (t1 - t0)
-        } else {
-            b1
-        }
-    } else if b1 > b0 {
-        t0 + (t1 - t0) * (x - b0) / (b1 - b0)
+/// The `y` at `x` on the line through points `a` and `b` (`b`'s `y` if
+/// they share their `x`).
+fn lerp((x0, y0): (f64, f64), (x1, y1): (f64, f64), x: f64) -> f64 {
+    if x1 > x0 {
+        y0 + (y1 - y0) * (x - x0) / (x1 - x0)
     } else {
-        t1
+        y1
     }
 }
 
