@@ -48,7 +48,32 @@ pub enum Command {
     /// settings, which `cp` then uses for that host.
     #[command(after_help = PROBE_HELP)]
     Probe(ProbeArgs),
+    /// Carry TCP connections to a service across the link: each connection
+    /// accepted on --listen is opened at --to by the peer, all of them
+    /// multiplexed, encrypted, over one haul session (like ssh -L, built
+    /// for long fat paths).
+    #[command(after_help = TUNNEL_HELP)]
+    Tunnel(TunnelArgs),
 }
+
+const TUNNEL_HELP: &str = "\
+--via is reached as `haul cp` reaches a host: a `haul serve` daemon
+(HOST:PORT, --daemon, or a host whose key is pinned), which forwards only to
+targets it lists with `serve --tunnel-to`, else a remote side started over
+ssh, which forwards anywhere its host reaches. The tunnel runs until stopped
+(Ctrl-C) or until the session ends.
+
+Each connection has its own credit-based flow control with a window sized to
+the path, and connections take turns on the session's lanes, so a bulk copy
+does not hold up an interactive query.
+
+While a tunnel runs, `haul tunnel --stats` prints its connections' bytes
+(from $HAUL_HOME/tunnels/).
+
+Examples:
+  haul tunnel --listen 15432 --to 127.0.0.1:5432 --via db-west
+  haul tunnel --listen 0.0.0.0:3306 --to db:3306 --via dtn1:7050 --streams 8
+  haul tunnel --stats";
 
 const PROBE_HELP: &str = "\
 HOST is reached as `haul cp` reaches it: a `haul serve` daemon (HOST:PORT,
@@ -81,6 +106,47 @@ pub struct ProbeArgs {
     pub no_save: bool,
     /// Print the findings as one JSON object.
     #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub conn: ConnectArgs,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args)]
+pub struct TunnelArgs {
+    /// Where to accept the connections to carry: PORT (on 127.0.0.1) or
+    /// ADDR:PORT.
+    #[arg(long, value_name = "[ADDR:]PORT", required_unless_present = "stats")]
+    pub listen: Option<String>,
+    /// Where the peer connects each one: HOST:PORT, resolved there.
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "stats")]
+    pub to: Option<String>,
+    /// The haul peer to go through: HOST, USER@HOST, or HOST:PORT for a
+    /// daemon.
+    #[arg(long, value_name = "PEER", required_unless_present = "stats")]
+    pub via: Option<String>,
+    /// Data connections (lanes) the tunnel's frames are spread over
+    /// (default: chosen from the round trip, as `cp` does).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: Option<u16>,
+    /// Authenticate the tunnel's data without encrypting it.
+    #[arg(long)]
+    pub no_encrypt: bool,
+    /// Compression of the tunnel's data, each way: auto (only where it
+    /// raises goodput), none, lz4, zstd or zstd:LEVEL.
+    #[arg(long, default_value = "auto", value_name = "MODE", value_parser = parse_compress)]
+    pub compress: codec::Mode,
+    /// Do not keep a byte cache: content that crossed before, in any
+    /// connection, is otherwise sent as a reference to it.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Print the statistics of the running tunnels (or of the one on
+    /// --listen's port) and exit.
+    #[arg(long, conflicts_with_all = ["to", "via"])]
+    pub stats: bool,
+    /// With --stats: print JSON.
+    #[arg(long, requires = "stats")]
     pub json: bool,
     #[command(flatten)]
     pub conn: ConnectArgs,
@@ -355,6 +421,10 @@ pub struct ServeArgs {
     /// TCP congestion control (default: bbr where the kernel offers it).
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
+    /// Let clients tunnel to HOST:PORT (`haul tunnel --to`), exactly as
+    /// written there; repeat for more. Without it, no tunnels.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub tunnel_to: Vec<String>,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]

@@ -22,6 +22,21 @@ pub struct Peer {
     pub port: Option<u16>,
 }
 
+impl Peer {
+    /// A host as `probe` and `tunnel --via` take it: HOST, USER@HOST, or
+    /// HOST:PORT for a daemon.
+    pub fn parse(target: &str) -> Result<Peer, TransferError> {
+        match crate::location::Location::parse(&format!("{target}:")) {
+            crate::location::Location::Remote {
+                user, host, port, ..
+            } if !host.is_empty() => Ok(Peer { user, host, port }),
+            _ => Err(usage(format!(
+                "{target:?} is not a host; write it as HOST, USER@HOST or HOST:PORT (a daemon's port)"
+            ))),
+        }
+    }
+}
+
 pub fn usage(msg: impl Into<String>) -> TransferError {
     TransferError::new(ErrorCode::BadRequest, msg)
 }

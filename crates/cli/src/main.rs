@@ -12,6 +12,7 @@ mod probe;
 mod report;
 mod serve;
 mod taste;
+mod tunnel;
 
 use clap::Parser;
 
@@ -28,6 +29,7 @@ fn main() {
         args::Command::Doctor(a) => doctor::run(a),
         args::Command::Taste(a) => taste::run(a),
         args::Command::Probe(a) => probe::run(a),
+        args::Command::Tunnel(a) => tunnel::run(a),
     };
     std::process::exit(code);
 }

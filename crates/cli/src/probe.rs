@@ -15,7 +15,6 @@ use serde_json::json;
 
 use crate::args::ProbeArgs;
 use crate::connect::{usage, Peer, Reach};
-use crate::location::Location;
 use crate::report::{bits_per_sec, bytes};
 use crate::{exit, home};
 
@@ -152,22 +151,11 @@ pub fn run(a: ProbeArgs) -> i32 {
     }
 }
 
-fn parse_target(target: &str) -> Result<Peer, TransferError> {
-    match Location::parse(&format!("{target}:")) {
-        Location::Remote {
-            user, host, port, ..
-        } if !host.is_empty() => Ok(Peer { user, host, port }),
-        _ => Err(usage(format!(
-            "{target:?} is not a host; write it as HOST, USER@HOST or HOST:PORT (a daemon's port)"
-        ))),
-    }
-}
-
 fn probe(a: &ProbeArgs) -> Result<(), TransferError> {
     if !(0.2..=60.0).contains(&a.seconds) {
         return Err(usage("--seconds must be between 0.2 and 60"));
     }
-    let peer = parse_target(&a.target)?;
+    let peer = Peer::parse(&a.target)?;
     let reach = Reach::decide(&a.conn, peer)?;
     let protection = crate::connect::protection(a.no_encrypt);
     let mut dialer = reach.dialer(&a.conn, String::new())?;
@@ -378,17 +366,17 @@ mod tests {
 
     #[test]
     fn targets() {
-        let p = parse_target("dtn1").unwrap();
+        let p = Peer::parse("dtn1").unwrap();
         assert_eq!((p.host.as_str(), p.port, p.user), ("dtn1", None, None));
-        let p = parse_target("me@dtn1:7050").unwrap();
+        let p = Peer::parse("me@dtn1:7050").unwrap();
         assert_eq!(
             (p.host.as_str(), p.port, p.user.as_deref()),
             ("dtn1", Some(7050), Some("me"))
         );
-        let p = parse_target("[::1]:7051").unwrap();
+        let p = Peer::parse("[::1]:7051").unwrap();
         assert_eq!((p.host.as_str(), p.port), ("::1", Some(7051)));
-        assert!(parse_target("").is_err());
-        assert!(parse_target("/tmp/x").is_err());
+        assert!(Peer::parse("").is_err());
+        assert!(Peer::parse("/tmp/x").is_err());
     }
 
     #[test]

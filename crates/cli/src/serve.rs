@@ -131,6 +131,11 @@ pub fn run(a: ServeArgs) -> i32 {
         max_sessions: a.max_sessions.max(1),
         data_ports: a.data_ports,
         cache,
+        tunnel_to: if a.tunnel_to.is_empty() {
+            driver::tunnel::TunnelTargets::None
+        } else {
+            driver::tunnel::TunnelTargets::Only(a.tunnel_to.clone())
+        },
     };
     let fingerprint = cfg.key.public.fingerprint();
     let res = driver::serve(cfg, |addr| {

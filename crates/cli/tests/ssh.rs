@@ -405,3 +405,26 @@ fn probe_over_ssh_directly_and_through_the_channel() {
     assert_eq!(relayed["recommendation"]["streams"], 1, "{relayed}");
     assert!(relayed["saved"].is_null());
 }
+
+#[test]
+fn tunnel_over_ssh_directly_and_through_the_channel() {
+    if !sshd_available("tunnel_over_ssh_directly_and_through_the_channel") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let rsh = sshd.rsh();
+    // No daemon and no --tunnel-to: a side started over ssh forwards
+    // anywhere its host reaches, as `ssh -L` would.
+    let target = format!("127.0.0.1:{}", common::tunnel::service());
+    for extra in [&[][..], &["--through-ssh"][..]] {
+        let mut args = vec!["--to", &target, "--via", "127.0.0.1", "-e", &rsh];
+        args.extend_from_slice(&["--remote-haul", HAUL]);
+        args.extend_from_slice(extra);
+        let t = common::tunnel::tunnel(&env, &args)
+            .unwrap_or_else(|log| panic!("tunnel {extra:?} did not start: {log}"));
+        let data = random_bytes(2_000_000, 9);
+        let got = common::tunnel::echo_through(t.port, data.clone());
+        assert!(got == data, "the echo through the tunnel {extra:?} differs");
+    }
+}

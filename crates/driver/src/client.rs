@@ -526,7 +526,7 @@ impl Connected {
             },
             basis: match op {
                 Op::Push => self.cfg.basis.clone().unwrap_or_default(),
-                Op::Pull | Op::Probe { .. } => String::new(),
+                Op::Pull | Op::Probe { .. } | Op::Tunnel => String::new(),
             },
         };
         let asked_udp = req.transport == TRANSPORT_UDP;
@@ -907,6 +907,50 @@ impl Connected {
             samples,
             wire_samples,
         })
+    }
+}
+
+impl Connected {
+    /// Opens a tunnel session to `target` (`HOST:PORT` as the server
+    /// resolves it, P-37): the data connections become its lanes, and the
+    /// returned session carries the local connections given to it.
+    /// `cache`: send content seen before as copies; compression follows
+    /// the configuration's `compress`.
+    pub fn tunnel(
+        mut self,
+        target: &str,
+        cache: bool,
+    ) -> Result<crate::tunnel::Session, TransferError> {
+        self.cfg.transport = Transport::Tcp;
+        self.cfg.sync.dedup = cache;
+        let (streams, _) = self.streams();
+        let (plan, _) = self.request(
+            Op::Tunnel,
+            vec![target.to_string()],
+            false,
+            false,
+            false,
+            streams,
+            false,
+        )?;
+        let DataPlan::Tcp(conns) = plan else {
+            return Err(TransferError::new(
+                ErrorCode::Protocol,
+                "a tunnel travels on TCP streams",
+            ));
+        };
+        let opts = crate::tunnel::Options {
+            mux: tunnel::MuxConfig {
+                window: crate::tunnel::window_for(self.rtt),
+                ..tunnel::MuxConfig::default()
+            },
+            cache,
+            compress: self.cfg.compress,
+        };
+        let session =
+            crate::tunnel::Session::start(tunnel::Role::Client, opts, conns, self.progress.clone());
+        session.watch(self.ctrl_r, self.ctrl_w);
+        Ok(session)
     }
 }
 

@@ -15,6 +15,8 @@
 //! - [`server`] and [`client`]: who connects to whom, and what is asked.
 //! - [`probe`]: `haul probe`'s tests one after another, and the advice
 //!   drawn from them.
+//! - [`tunnel`]: `haul tunnel`: local sockets and the session's lanes
+//!   around the `tunnel` crate's multiplexer.
 //! - [`ssh`]: no-daemon use: the remote side started over ssh, and the
 //!   relay through the ssh channel when hosts cannot connect directly.
 
@@ -36,6 +38,7 @@ pub mod progress;
 pub(crate) mod send_blocks;
 pub mod server;
 pub mod ssh;
+pub mod tunnel;
 pub mod zero_scan;
 
 pub use client::{

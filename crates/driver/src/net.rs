@@ -152,6 +152,30 @@ fn force_buffers(fd: i32, size: usize) {
     }
 }
 
+/// Keeps at most `bytes` written but not yet sent in `stream`'s send
+/// buffer (`TCP_NOTSENT_LOWAT`): a writer blocks sooner, so what it writes
+/// next (an interactive connection's frame in a tunnel, P-37) waits behind
+/// little, while the bytes in flight still fill the window.
+pub fn set_notsent_lowat(stream: &TcpStream, bytes: usize) {
+    let v = bytes as libc::c_int;
+    // SAFETY: setsockopt with a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            &v as *const _ as *const libc::c_void,
+            std::mem::size_of_val(&v) as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "TCP_NOTSENT_LOWAT refused: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Connects with a timeout, tuning the socket before the SYN so the window
 /// scale covers the buffers.
 pub fn connect(

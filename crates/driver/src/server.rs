@@ -109,6 +109,8 @@ pub struct ServerConfig {
     /// `--cache`: the chunk cache of pushes to this server (P-31), shared
     /// by its sessions.
     pub cache: Option<Arc<store::ChunkCache>>,
+    /// Where clients may tunnel to (`--tunnel-to`, P-37).
+    pub tunnel_to: crate::tunnel::TunnelTargets,
 }
 
 /// What a data connection needs to join a session waiting for streams.
@@ -349,8 +351,13 @@ impl Server {
         enum Side {
             Send(Box<SenderSession>, Sources, u64),
             Receive(Box<Sink>, crate::dedup::ReceiveOptions),
+            Tunnel(String),
         }
         let side = match req.op {
+            Op::Tunnel => match self.cfg.tunnel_to.check(&req.paths[0]) {
+                Ok(()) => Side::Tunnel(req.paths[0].clone()),
+                Err(e) => return refuse(&mut ctrl_w, e),
+            },
             Op::Pull => {
                 // A path naming a directory's contents keeps its final '/'
                 // through resolving, for the walk (P-8).
@@ -437,7 +444,7 @@ impl Server {
 
         let gated = match &side {
             Side::Receive(sink, opts) => opts.gated(sink.destination_exists()),
-            Side::Send(..) => false,
+            Side::Send(..) | Side::Tunnel(_) => false,
         };
         let session_id = est.keys.session_id();
         // The socket opened in the handshake serves a UDP request only.
@@ -479,6 +486,16 @@ impl Server {
             });
         }
         let plan = joined?;
+        if let Side::Tunnel(target) = &side {
+            let DataPlan::Tcp(conns) = plan else {
+                return Err(TransferError::new(
+                    ErrorCode::Protocol,
+                    "a tunnel travels on TCP streams",
+                ));
+            };
+            let ctrl = (ctrl_r, ctrl_w);
+            return crate::tunnel::serve(target, &req, conns, ctrl, est.rtt, progress);
+        }
         let (send_path, recv_path, how) = match plan {
             DataPlan::Tcp(conns) => {
                 Progress::set(&progress.streams, conns.len() as u64);
@@ -491,7 +508,9 @@ impl Server {
                 let how = format!("UDP, {}-byte datagrams", link.payload);
                 // Only one of the two is used; the link moves into it.
                 match side {
-                    Side::Send(..) => (SendPath::Udp(link), RecvPath::Tcp(vec![]), how),
+                    Side::Send(..) | Side::Tunnel(_) => {
+                        (SendPath::Udp(link), RecvPath::Tcp(vec![]), how)
+                    }
                     Side::Receive(..) => (SendPath::Tcp(vec![]), RecvPath::Udp(link), how),
                 }
             }
@@ -518,6 +537,8 @@ impl Server {
                     protection.name()
                 ))
             }
+            // Served above, before the data path was split.
+            Side::Tunnel(_) => Err(TransferError::new(ErrorCode::Other, "tunnel served twice")),
             Side::Receive(sink, opts) => {
                 let mut session = ReceiverSession::new(req.block_size);
                 if gated {
@@ -637,6 +658,11 @@ fn check_request(req: &Request) -> Result<(), TransferError> {
         }
         Op::Probe { .. } if !req.paths.is_empty() => return bad("a probe names no path"),
         Op::Probe { .. } => {}
+        Op::Tunnel if req.paths.len() != 1 => return bad("a tunnel names one target"),
+        Op::Tunnel if req.transport != wire::TRANSPORT_TCP => {
+            return bad("a tunnel travels on TCP streams")
+        }
+        Op::Tunnel => {}
         _ if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) => {
             return bad("request names no path");
         }

@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("keys", keys),
     ("journal", journal),
     ("cache_index", cache_index),
+    ("tunnel", tunnel),
 ];
 
 /// A control message (P-6): decoding, and for what decodes, encoding it
@@ -108,6 +109,28 @@ pub fn program(d: &[u8]) {
     if let Ok(pieces) = wire::program::decode(prog, len) {
         let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         assert_eq!(total, len as u64, "pieces add up to the block");
+    }
+}
+
+/// A tunnel lane's frame body (P-37): what decodes re-encodes to the same
+/// bytes, and a server's mux takes any decoded frames in any order with an
+/// error or not, never a panic.
+pub fn tunnel(d: &[u8]) {
+    let Ok(frames) = wire::tunnel::TunnelFrame::decode_all(d) else {
+        return;
+    };
+    let mut again = Vec::new();
+    for f in &frames {
+        f.encode_into(&mut again);
+    }
+    assert_eq!(again, d, "a decoded tunnel frame re-encodes");
+    let mut mux = tunnel::Mux::new(tunnel::Role::Server, tunnel::MuxConfig::default());
+    for f in frames {
+        let plain = matches!(f, wire::tunnel::TunnelFrame::Data { codec: 0, .. });
+        if plain || !matches!(f, wire::tunnel::TunnelFrame::Data { .. }) {
+            let _ = mux.handle(f);
+        }
+        while mux.poll_frame().is_some() {}
     }
 }
 

@@ -16,6 +16,7 @@ pub mod packed;
 mod preamble;
 pub mod program;
 pub mod stdio;
+pub mod tunnel;
 
 pub use block::{check_coding, BlockHeader, BLOCK_HEADER_LEN};
 pub use block::{CODEC_BUNDLE, CODEC_DELTA, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD};

@@ -19,6 +19,10 @@ pub enum Op {
     /// that the client verifies and discards: a memory-to-memory goodput
     /// test (`haul probe`, P-36). `paths` is empty.
     Probe { bytes: u64 },
+    /// Carry TCP connections through this session to `paths[0]`, a
+    /// `HOST:PORT` the server connects to (`haul tunnel`, P-37). The data
+    /// connections become the tunnel's lanes.
+    Tunnel,
 }
 
 /// Most bytes one probe session may ask for.
@@ -371,6 +375,7 @@ impl Msg {
                     Op::Push => w.u8(1).u8(0),
                     Op::Pull => w.u8(1).u8(1),
                     Op::Probe { bytes } => w.u8(1).u8(2).u64(bytes),
+                    Op::Tunnel => w.u8(1).u8(3),
                 };
                 w.u32(r.paths.len() as u32);
                 for p in &r.paths {
@@ -522,6 +527,7 @@ impl Msg {
                     0 => Op::Push,
                     1 => Op::Pull,
                     2 => Op::Probe { bytes: r.u64()? },
+                    3 => Op::Tunnel,
                     tag => return Err(DecodeError::UnknownTag { what: "op", tag }),
                 };
                 let n = r.u32()? as usize;

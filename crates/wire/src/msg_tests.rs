@@ -91,7 +91,7 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
     let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
     prop_oneof![
         (
-            0u32..40,
+            0u32..50,
             proptest::collection::vec(".{0,20}", 0..4),
             any::<bool>(),
             any::<bool>(),
@@ -128,6 +128,7 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                         op: match push {
                             0 => Op::Push,
                             1 => Op::Pull,
+                            40..=49 => Op::Tunnel,
                             n => Op::Probe {
                                 bytes: n as u64 * 7919,
                             },

@@ -6,6 +6,7 @@
 
 pub mod emu;
 pub mod sshd;
+pub mod tunnel;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};

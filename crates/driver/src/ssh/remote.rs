@@ -123,6 +123,8 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         max_sessions: 4,
         data_ports: opts.data_ports,
         cache: opts.cache,
+        // The ssh user could run anything on this host: like `ssh -L`.
+        tunnel_to: crate::tunnel::TunnelTargets::Any,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

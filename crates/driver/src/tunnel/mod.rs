@@ -1,0 +1,237 @@
+//! `haul tunnel`'s driver (P-37): the sockets and threads around the
+//! sans-IO multiplexer of the `tunnel` crate.
+//!
+//! A tunnel session's data connections are its lanes. Every lane has a
+//! writer thread that takes the next frames from the mux (so one busy
+//! connection's frames spread over all lanes, and a long path is filled by
+//! several TCP windows at once) and a reader thread that hands received
+//! frames to it. Every tunnelled connection has two threads: one reads its
+//! socket into the mux, one writes what the mux has for it. All of them
+//! share one lock and one condition variable; none holds the lock while it
+//! does I/O.
+
+mod coding;
+mod lanes;
+mod serve;
+mod socket;
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tunnel::{Mux, MuxConfig, Role, Stats};
+
+use wire::ErrorCode;
+
+use crate::error::TransferError;
+use crate::framed::{FrameReader, FrameWriter};
+use crate::join::DataConn;
+use crate::progress::Progress;
+
+pub use coding::HISTORY_WINDOW;
+pub use serve::{serve, TunnelTargets};
+
+/// How a tunnel codes its data (P-37): the byte cache, and compression.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub mux: MuxConfig,
+    /// Send content seen before as copies of the history.
+    pub cache: bool,
+    pub compress: codec::Mode,
+}
+
+/// How the server's connect to the target may take.
+pub const TARGET_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The receive window of each tunnelled connection: twice the path's
+/// bandwidth-delay product at 1 Gbit/s, between 1 and 64 MiB (P-37).
+pub fn window_for(rtt: Duration) -> u64 {
+    let bdp = 125_000_000.0 * rtt.as_secs_f64();
+    ((2.0 * bdp) as u64).clamp(1 << 20, 64 << 20)
+}
+
+/// The mux of one session and what its threads share.
+pub(crate) struct Shared {
+    mux: Mutex<Mux>,
+    cv: Condvar,
+    stop: AtomicBool,
+    /// The owner ended the session on purpose: not an error.
+    stopped_by_owner: AtomicBool,
+    error: Mutex<Option<TransferError>>,
+    progress: Arc<Progress>,
+    /// The lanes' sockets, shut when the session ends so that no thread
+    /// stays blocked on a silent peer.
+    lanes: Mutex<Vec<TcpStream>>,
+    coding: coding::Coding,
+}
+
+impl Shared {
+    fn new(role: Role, opts: Options, progress: Arc<Progress>) -> Arc<Shared> {
+        Arc::new(Shared {
+            mux: Mutex::new(Mux::new(role, opts.mux)),
+            coding: coding::Coding::new(opts.cache, opts.compress),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            stopped_by_owner: AtomicBool::new(false),
+            error: Mutex::new(None),
+            progress,
+            lanes: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Mux> {
+        self.mux.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for a change, at most a while (so stop flags are seen).
+    fn wait<'a>(&self, g: MutexGuard<'a, Mux>) -> MutexGuard<'a, Mux> {
+        self.cv
+            .wait_timeout(g, Duration::from_millis(200))
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0)
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Ends the session: the first error is kept, every connection reset,
+    /// every thread woken.
+    fn fail(&self, e: TransferError) {
+        {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = Some(e.clone());
+            }
+        }
+        self.stop.store(true, Ordering::Release);
+        self.lock()
+            .reset_all(&format!("the tunnel session ended: {}", e.message));
+        self.cv.notify_all();
+        self.coding.wake();
+        for s in self.lanes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn take_error(&self) -> Option<TransferError> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// A running tunnel session, as its owner sees it.
+pub struct Session {
+    shared: Arc<Shared>,
+    lanes: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    count: usize,
+}
+
+impl Session {
+    /// Starts the lanes' threads.
+    pub(crate) fn start(
+        role: Role,
+        opts: Options,
+        conns: Vec<DataConn>,
+        progress: Arc<Progress>,
+    ) -> Session {
+        let shared = Shared::new(role, opts, progress);
+        let count = conns.len();
+        let lanes = Mutex::new(lanes::start(&shared, conns));
+        Session {
+            shared,
+            lanes,
+            count,
+        }
+    }
+
+    /// Carries `stream`, a local connection just accepted, through the
+    /// tunnel (client side). Fails when too many are open.
+    pub fn carry(&self, stream: TcpStream) -> Result<u32, TransferError> {
+        let id = self
+            .shared
+            .lock()
+            .open()
+            .map_err(|e| TransferError::new(ErrorCode::Busy, e.to_string()))?;
+        self.shared.cv.notify_all();
+        socket::pump(&self.shared, id, stream);
+        Ok(id)
+    }
+
+    /// How many lanes (data connections) carry the session.
+    pub fn lanes(&self) -> usize {
+        self.count
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.shared.lock().stats()
+    }
+
+    /// Bytes the byte cache and compression kept off the wire, both
+    /// directions.
+    pub fn saved(&self) -> (u64, u64) {
+        let c = &self.shared.coding;
+        (
+            c.saved_cache.load(Ordering::Relaxed),
+            c.saved_compress.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether the session still runs.
+    pub fn running(&self) -> bool {
+        !self.shared.stopped()
+    }
+
+    /// Ends the session (the user stopped the tunnel).
+    pub fn stop(&self, why: &str) {
+        self.shared.stopped_by_owner.store(true, Ordering::Release);
+        self.shared
+            .fail(TransferError::new(ErrorCode::Other, why.to_string()));
+    }
+
+    /// Waits until the session ends; its error, if it failed.
+    pub fn wait(&self) -> Result<(), TransferError> {
+        let handles = std::mem::take(&mut *self.lanes.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in handles {
+            let _ = h.join();
+        }
+        match self.shared.take_error() {
+            Some(_) if self.shared.stopped_by_owner.load(Ordering::Acquire) => Ok(()),
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub fn progress(&self) -> Arc<Progress> {
+        self.shared.progress.clone()
+    }
+
+    /// Ends the session when the peer reports an error on the control
+    /// connection or closes it.
+    pub(crate) fn watch(&self, ctrl_r: FrameReader, ctrl_w: FrameWriter) {
+        watch_control(&self.shared, ctrl_r, ctrl_w);
+    }
+}
+
+/// Watches the control connection of a tunnel session: an `Error` from
+/// the peer, or its close, ends the session.
+fn watch_control(shared: &Arc<Shared>, mut ctrl_r: FrameReader, ctrl_w: FrameWriter) {
+    let shared = shared.clone();
+    std::thread::spawn(move || {
+        // Kept open while the session runs: closing it would end the
+        // session at the peer.
+        let _ctrl_w = ctrl_w;
+        let e = match ctrl_r.read_msg() {
+            Ok(Some(wire::Msg::Error { code, message })) => {
+                TransferError::new(code, format!("peer: {message}"))
+            }
+            Ok(None) => TransferError::new(ErrorCode::ConnectionLost, "the peer closed the tunnel"),
+            Ok(Some(_)) => TransferError::new(
+                ErrorCode::Protocol,
+                "unexpected control message in a tunnel session",
+            ),
+            Err(e) => e.into_transfer("watching the tunnel's control connection"),
+        };
+        shared.fail(e);
+    });
+}

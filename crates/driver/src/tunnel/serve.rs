@@ -1,0 +1,149 @@
+//! The server's side of a tunnel session (P-37): which targets it may
+//! reach, and a connection to the target for every connection the client
+//! opens.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+
+use tunnel::{Event, MuxConfig, Role};
+use wire::ErrorCode;
+
+use super::{socket, window_for, Options, Session, Shared, TARGET_CONNECT_TIMEOUT};
+use crate::error::TransferError;
+use crate::framed::{FrameReader, FrameWriter};
+use crate::join::DataConn;
+use crate::progress::Progress;
+
+/// Where a server forwards tunnels (`serve --tunnel-to`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TunnelTargets {
+    /// Nowhere: a daemon without `--tunnel-to`.
+    #[default]
+    None,
+    /// Exactly these `HOST:PORT`s, as written.
+    Only(Vec<String>),
+    /// Anywhere the host reaches: a server started over ssh, whose user
+    /// could run any program there anyway (like `ssh -L`).
+    Any,
+}
+
+impl TunnelTargets {
+    /// Whether a client may tunnel to `target`; the refusal says how to
+    /// allow it.
+    pub fn check(&self, target: &str) -> Result<(), TransferError> {
+        let refuse = |why: String| Err(TransferError::new(ErrorCode::Permission, why));
+        match self {
+            TunnelTargets::Any => Ok(()),
+            TunnelTargets::Only(list) if list.iter().any(|t| t == target) => Ok(()),
+            TunnelTargets::Only(list) => refuse(format!(
+                "this server does not forward to {target}; it forwards to {} (add `--tunnel-to {target}` to `haul serve`)",
+                list.join(", ")
+            )),
+            TunnelTargets::None => refuse(format!(
+                "this server forwards no tunnels; start it with `haul serve --tunnel-to {target}` to allow this one"
+            )),
+        }
+    }
+}
+
+/// Runs an accepted tunnel session until the client goes: every
+/// connection the client opens is connected to `target`. Returns a line for
+/// the log.
+pub fn serve(
+    target: &str,
+    req: &wire::Request,
+    conns: Vec<DataConn>,
+    (ctrl_r, ctrl_w): (FrameReader, FrameWriter),
+    rtt: std::time::Duration,
+    progress: Arc<Progress>,
+) -> Result<String, TransferError> {
+    let lanes = conns.len();
+    let opts = Options {
+        mux: MuxConfig {
+            window: window_for(rtt),
+            ..MuxConfig::default()
+        },
+        cache: req.sync.dedup,
+        compress: crate::compress::mode_from_wire(req.compress, req.compress_level),
+    };
+    let session = Session::start(Role::Server, opts, conns, progress);
+    session.watch(ctrl_r, ctrl_w);
+    let shared = session.shared.clone();
+    loop {
+        let opened = {
+            let mut mux = shared.lock();
+            loop {
+                if let Some(Event::Opened(id)) = mux.poll_event() {
+                    break Some(id);
+                }
+                if shared.stopped() {
+                    break None;
+                }
+                mux = shared.wait(mux);
+            }
+        };
+        let Some(id) = opened else { break };
+        let (s, target) = (shared.clone(), target.to_string());
+        std::thread::spawn(move || connect_target(&s, id, &target));
+    }
+    let stats = session.stats();
+    let (cache, compress) = session.saved();
+    // The session ends when the client goes: that is its normal end.
+    let ended = session.wait();
+    let line = format!(
+        "tunnel to {target} over {lanes} lanes: {} connections, {} bytes to the target, {} from it; {} bytes on the lanes, {cache} saved by the byte cache, {compress} by compression",
+        stats.opened, stats.total.to_app, stats.total.from_app, stats.total.wire_in + stats.total.wire_out
+    );
+    match ended {
+        Err(e) if e.code == ErrorCode::ConnectionLost => Ok(line),
+        Err(e) => Err(e),
+        Ok(()) => Ok(line),
+    }
+}
+
+/// Connects connection `id` to the target, or resets it with the reason.
+fn connect_target(shared: &Arc<Shared>, id: u32, target: &str) {
+    match dial(target) {
+        Ok(stream) => socket::pump(shared, id, stream),
+        Err(why) => {
+            tracing::info!("tunnel connection {id}: {why}");
+            shared.lock().reset(id, &why);
+            shared.cv.notify_all();
+        }
+    }
+}
+
+fn dial(target: &str) -> Result<TcpStream, String> {
+    let addrs = target
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {target}: {e}"))?;
+    let mut last = format!("{target} has no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, TARGET_CONNECT_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = format!("cannot connect to {target} ({a}): {e}"),
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_allowed_only_as_listed() {
+        assert!(TunnelTargets::Any.check("db:5432").is_ok());
+        let only = TunnelTargets::Only(vec!["127.0.0.1:5432".into()]);
+        assert!(only.check("127.0.0.1:5432").is_ok());
+        let e = only.check("127.0.0.1:22").unwrap_err();
+        assert_eq!(e.code, ErrorCode::Permission);
+        assert!(
+            e.message.contains("--tunnel-to 127.0.0.1:22"),
+            "{}",
+            e.message
+        );
+        let e = TunnelTargets::None.check("x:1").unwrap_err();
+        assert!(e.message.contains("forwards no tunnels"), "{}", e.message);
+    }
+}
