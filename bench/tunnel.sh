@@ -17,12 +17,13 @@
 # writes it as CSV.
 #
 #   sudo bench/tunnel.sh [--delay 75] [--rate 1G] [--loss 0.1] [--size 256M] [--pgbench-seconds 30]
+#                        [--tunnel-args "--no-cache --compress none"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HAUL=${HAUL:-$REPO/target/release/haul}
 NETEM=${NETEM:-$REPO/target/release/haul-netem}
-DELAY=75 RATE=1G LOSS=0.1 SIZE=256M PGSECONDS=30 SCALE=5 OUT=""
+DELAY=75 RATE=1G LOSS=0.1 SIZE=256M PGSECONDS=30 SCALE=5 OUT="" TARGS=""
 while (($#)); do
   case $1 in
     --delay) DELAY=$2; shift 2 ;;
@@ -32,7 +33,8 @@ while (($#)); do
     --pgbench-seconds) PGSECONDS=$2; shift 2 ;;
     --scale) SCALE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    --tunnel-args) TARGS=$2; shift 2 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -97,7 +99,8 @@ echo "== latency: 100-byte round trips on idle loopback (median, p99; ms)"
 bg python3 "$TMP/echo.py" 17801
 bg "$HAUL" serve --root "$TMP/root" --listen 127.0.0.1:17850 --tunnel-to 127.0.0.1:17801 2>"$TMP/serve-lo.log"
 sleep 0.5
-bg "$HAUL" tunnel --listen 17802 --to 127.0.0.1:17801 --via 127.0.0.1:17850 2>"$TMP/tunnel-lo.log"
+# shellcheck disable=SC2086
+bg "$HAUL" tunnel --listen 17802 --to 127.0.0.1:17801 --via 127.0.0.1:17850 $TARGS 2>"$TMP/tunnel-lo.log"
 for _ in $(seq 50); do [[ -f $HAUL_HOME/tunnels/17802.json ]] && break; sleep 0.1; done
 read -r d50 d99 < <(python3 "$TMP/ping.py" 17801 2000)
 read -r t50 t99 < <(python3 "$TMP/ping.py" 17802 2000)
@@ -131,7 +134,8 @@ bulk() { # bulk HOST PORT: seconds for one nc flow from ns a into ns b
 echo "== bulk: one TCP flow of $BYTES random bytes"
 direct=$(bulk $ADDR_B 5001)
 row "bulk direct (one TCP connection)" "$(calc "$BYTES * 8 / $direct / 1e6")" "Mbit/s ($direct s)"
-bg $A "$HAUL" tunnel --listen 15001 --to 127.0.0.1:5001 --via $ADDR_B:7050 2>"$TMP/tunnel-bulk.log"
+# shellcheck disable=SC2086 # TARGS is words
+bg $A "$HAUL" tunnel --listen 15001 --to 127.0.0.1:5001 --via $ADDR_B:7050 $TARGS 2>"$TMP/tunnel-bulk.log"
 for _ in $(seq 100); do [[ -f $HAUL_HOME/tunnels/15001.json ]] && break; sleep 0.1; done
 lanes=$(sed -n 's/.*: \([0-9]*\) lanes.*/\1/p' "$TMP/tunnel-bulk.log")
 tunneled=$(bulk 127.0.0.1 15001)
@@ -145,7 +149,8 @@ pg() { local ns=$1; shift; ip netns exec "$ns" runuser -u postgres -- "$PGBIN/$1
 pg "$NAME-b" initdb -D "$TMP/pg/primary" -U postgres --auth=trust --no-sync >/dev/null
 pg "$NAME-b" pg_ctl start -w -D "$TMP/pg/primary" -l "$TMP/pg/primary.log" \
   -o "-p 15432 -k $TMP/pg -c listen_addresses=127.0.0.1 -c fsync=off -c wal_keep_size=1GB" >/dev/null
-bg $A "$HAUL" tunnel --listen 25432 --to 127.0.0.1:15432 --via $ADDR_B:7050 2>"$TMP/tunnel-pg.log"
+# shellcheck disable=SC2086
+bg $A "$HAUL" tunnel --listen 25432 --to 127.0.0.1:15432 --via $ADDR_B:7050 $TARGS 2>"$TMP/tunnel-pg.log"
 for _ in $(seq 100); do [[ -f $HAUL_HOME/tunnels/25432.json ]] && break; sleep 0.1; done
 psql_b() { pg "$NAME-b" psql -h 127.0.0.1 -p 15432 -U postgres -Atc "$1"; }
 pg "$NAME-b" pgbench -h 127.0.0.1 -p 15432 -U postgres -i -s "$SCALE" -q postgres >/dev/null 2>&1
@@ -153,6 +158,7 @@ pg "$NAME-a" pg_basebackup -h 127.0.0.1 -p 25432 -U postgres -D "$TMP/pg/replica
 pg "$NAME-a" pg_ctl start -w -D "$TMP/pg/replica" -l "$TMP/pg/replica.log" \
   -o "-p 35432 -k $TMP/pg -c listen_addresses=127.0.0.1" >/dev/null
 stats() { "$HAUL" tunnel --stats --json --listen 25432; }
+sleep 1.5 # the statistics file is rewritten every second: let it count the base backup
 before=$(stats)
 lsn0=$(psql_b "SELECT pg_current_wal_lsn()")
 tps=$(pg "$NAME-b" pgbench -h 127.0.0.1 -p 15432 -U postgres -T "$PGSECONDS" -c 4 -j 2 postgres 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
