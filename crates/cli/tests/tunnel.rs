@@ -1,7 +1,7 @@
 //! `haul tunnel` over loopback (P-37): many connections both ways through
 //! one session, a service that speaks first, half closes, refusals, resets
 //! and the statistics. Replication through the emulator is in
-//! `replication.rs`.
+//! `replication.rs`, a bulk flow across it in `wan.rs`.
 
 mod common;
 

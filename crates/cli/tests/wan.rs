@@ -393,3 +393,75 @@ fn over_ssh_across_the_link_then_through_a_firewall_that_opens_only_ssh() {
     assert_eq!(json["transport"], "tcp", "{json}");
     assert!(fs::read(env.root.join("ranged.bin")).unwrap() == data);
 }
+
+#[test]
+fn a_bulk_flow_crosses_a_long_lossy_link_through_the_tunnel() {
+    if !require_emulator("the tunnel-over-WAN test") {
+        return;
+    }
+    // 60 ms RTT, 200 Mbit/s, 0.5% loss and 0.5% reordering each way: the
+    // lanes lose and reorder packets, the tunnelled stream must not.
+    let link = LinkConfig {
+        delay: Duration::from_millis(30),
+        rate_bps: Some(200_000_000),
+        loss: 0.005,
+        reorder: 0.005,
+        ..Default::default()
+    };
+    let emu = Emulator::start(EmulatorConfig {
+        name: unique_name("tun"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 13,
+        block_udp: false,
+        only_tcp_ports: vec![],
+        path_mtu: None,
+    })
+    .expect("emulator starts");
+    let env = Env::new();
+    let _server = common::emu::serve_in_b_with(&emu, &env, &["--tunnel-to", "127.0.0.1:5001"]);
+    let mut tunnel = emu
+        .command_a(HAUL)
+        .args(["tunnel", "--listen", "15001", "--to", "127.0.0.1:5001"])
+        .args(["--via", &format!("{ADDR_B}:7050")])
+        .env("HAUL_HOME", &env.home)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = wait_until(Duration::from_secs(30), || {
+        env.home.join("tunnels/15001.json").exists()
+    });
+    assert!(up, "the tunnel started");
+
+    // Random bytes, so that neither the cache nor compression shrinks them.
+    let data = random_bytes(24 << 20, 31);
+    let src = env.local.join("flow.bin");
+    write_file(&src, &data);
+    let got = env.local.join("got.bin");
+    let mut sink = emu
+        .command_b("nc")
+        .args(["-l", "127.0.0.1", "5001"])
+        .stdout(fs::File::create(&got).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    let mut send = emu.command_a("nc");
+    send.args(["-N", "127.0.0.1", "15001"])
+        .stdin(fs::File::open(&src).unwrap());
+    let out = output_within(send, CP_LIMIT);
+    assert!(out.status.success(), "nc through the tunnel: {out:?}");
+    let ended = wait_until(CP_LIMIT, || sink.try_wait().unwrap().is_some());
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = sink.kill();
+    let _ = tunnel.kill();
+    let _ = tunnel.wait();
+    assert!(ended, "the target saw the end of the flow");
+    assert!(fs::read(&got).unwrap() == data, "the flow arrived intact");
+    eprintln!(
+        "24 MiB through the tunnel in {secs:.1}s ({:.0} Mbit/s)",
+        (24 << 20) as f64 * 8.0 / secs / 1e6
+    );
+}
