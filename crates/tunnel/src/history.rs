@@ -22,6 +22,11 @@ const MIN_CHUNK: u32 = 2 << 10;
 const AVG_CHUNK: u32 = 8 << 10;
 const MAX_CHUNK: u32 = 32 << 10;
 
+/// Most positions a received frame may lie past the end of those all
+/// received: lanes skew by what they hold in flight, far less than this. A
+/// peer past it would have the receiver hold frames without end.
+pub const MAX_AHEAD: u64 = 1 << 30;
+
 /// Frames shorter than this are sent as they are (interactive traffic):
 /// cutting them costs more than it could save.
 pub const MIN_CACHED_FRAME: usize = 4 << 10;
@@ -269,6 +274,9 @@ impl RecvHistory {
         let end = pos + data.len() as u64;
         if data.is_empty() {
             return Err(HistoryError("empty frame"));
+        }
+        if end - self.watermark.min(pos) > MAX_AHEAD {
+            return Err(HistoryError("frame too far ahead of those received"));
         }
         if pos < self.watermark
             || self
