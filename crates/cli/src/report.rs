@@ -365,6 +365,14 @@ fn summary_text(r: &Report) -> String {
 /// The TCP streams' part of the summary, with a note when the OS's window
 /// caps are what limited the transfer.
 fn tcp_text(r: &Report, goodput: f64) -> String {
+    if r.streams == 0 {
+        // Nothing but zeros: announced behind the request (P-29).
+        return format!(
+            "no data connections (every block announced), {}, rtt {:.1} ms",
+            r.protection.name(),
+            r.rtt.as_secs_f64() * 1e3,
+        );
+    }
     let limit = window_limit(r);
     let note = if r.summary.file_bytes >= 64 << 20 && goodput * 1.5 > limit {
         format!(

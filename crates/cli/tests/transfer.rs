@@ -510,6 +510,72 @@ fn zero_blocks_are_not_sent_and_land_as_holes() {
     assert!(out.stdout == data, "stdout copy differs");
 }
 
+#[test]
+fn a_push_of_nothing_but_zeros_needs_no_data_connection() {
+    use std::os::unix::fs::MetadataExt as _;
+    let env = Env::new();
+    let server = env.serve();
+    // Zeros of two and a half blocks, one block, an empty file, a directory.
+    let tree = env.local.join("images");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    write_file(&tree.join("disk.img"), &vec![0u8; (5 << 19) + 300]);
+    write_file(&tree.join("sub/one.img"), &vec![0u8; 1 << 20]);
+    write_file(&tree.join("sub/empty"), b"");
+    let out = env.cp(&[
+        "--json",
+        "-r",
+        tree.to_str().unwrap(),
+        &env.remote(&server, ""),
+    ]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["streams"], 0, "no data connection: {json}");
+    assert_eq!(json["files"], 3, "{json}");
+    assert_eq!(
+        json["saved_zero_bytes"],
+        (5u64 << 19) + 300 + (1 << 20),
+        "{json}"
+    );
+    assert_same_tree(&tree, &env.root.join("images"));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(text.is_empty() || !text.contains("note:"), "{text}");
+
+    // The text summary says so; one byte of data and the usual path runs.
+    let out = env.cp(&[
+        tree.join("disk.img").to_str().unwrap(),
+        &env.remote(&server, "again.img"),
+    ]);
+    let err = ok(&out);
+    assert!(
+        err.contains("no data connections (every block announced)"),
+        "{err}"
+    );
+    let mut data = vec![0u8; 3 << 20];
+    data[(2 << 20) + 5] = 1;
+    write_file(&tree.join("disk.img"), &data);
+    let out = env.cp(&[
+        "--json",
+        tree.join("disk.img").to_str().unwrap(),
+        &env.remote(&server, "data.img"),
+    ]);
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["streams"].as_u64() > Some(0), "{json}");
+    assert!(fs::read(env.root.join("data.img")).unwrap() == data);
+
+    // Refusals still come with the server's reason and code.
+    write_file(&tree.join("disk.img"), &vec![0u8; 2 << 20]);
+    let out = env.cp(&[
+        tree.join("disk.img").to_str().unwrap(),
+        &env.remote(&server, "../out.img"),
+    ]);
+    let err = fails(&out, 8);
+    assert!(err.contains("outside the served root"), "{err}");
+    let _ = fs::metadata(env.root.join("images/disk.img"))
+        .unwrap()
+        .blocks();
+}
+
 /// Log-like text: compresses several times over.
 fn log_text(len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 100);

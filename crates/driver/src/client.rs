@@ -26,6 +26,12 @@ use crate::server::{
     size_udp_buffers, udp_buffer, CONTROL_PROTECTION, SEND_WINDOW, UDP_SEND_WINDOW,
 };
 
+/// How long a push waits for a zero scan that has found nothing but zeros
+/// so far, to send it without data connections (P-29): up to a round trip,
+/// which it saves, within these bounds.
+const ZERO_WAIT_MIN: Duration = Duration::from_millis(20);
+const ZERO_WAIT_MAX: Duration = Duration::from_millis(200);
+
 /// A callback that shows a one-line notice to the user.
 pub type Notice = Box<dyn Fn(&str) + Send>;
 
@@ -496,13 +502,28 @@ impl Connected {
         streams: u16,
         gated: bool,
     ) -> Result<(DataPlan, bool), TransferError> {
+        let requested = streams;
+        let req = self.build_request(op, paths, recursive, many_sources, contents, streams, gated);
+        self.send_request(req, requested)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_request(
+        &self,
+        op: Op,
+        paths: Vec<String>,
+        recursive: bool,
+        many_sources: bool,
+        contents: bool,
+        streams: u16,
+        gated: bool,
+    ) -> Request {
         let protection = match self.cfg.protection {
             Protection::Aes256Gcm => PROTECT_AES256GCM,
             Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
             Protection::IntegrityOnly => PROTECT_INTEGRITY_ONLY,
         };
-        let requested = streams;
-        let req = Request {
+        Request {
             op,
             paths,
             recursive,
@@ -528,7 +549,16 @@ impl Connected {
                 Op::Push => self.cfg.basis.clone().unwrap_or_default(),
                 Op::Pull | Op::Probe { .. } | Op::Tunnel => String::new(),
             },
-        };
+        }
+    }
+
+    /// Sends `req`, reads the welcome and the answer, and opens the data
+    /// path the answer names.
+    fn send_request(
+        &mut self,
+        req: Request,
+        requested: u16,
+    ) -> Result<(DataPlan, bool), TransferError> {
         let asked_udp = req.transport == TRANSPORT_UDP;
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
         // The hello rides right behind the request, to the port message two
@@ -715,13 +745,38 @@ impl Connected {
     pub fn push(
         mut self,
         walked: Walked,
-        scan: crate::ZeroScan,
+        mut scan: crate::ZeroScan,
         dest: &str,
         recursive: bool,
         many_sources: bool,
         contents: bool,
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
+        // Nothing to send but zeros, known already: the manifest and its
+        // zero announcements ride right behind the request, and no data
+        // connection is opened (P-29).
+        let plain = self.cfg.sync
+            == wire::SyncOptions {
+                dedup: self.cfg.sync.dedup,
+                ..Default::default()
+            };
+        if plain
+            && self.cfg.basis.is_none()
+            && self.cfg.transport != Transport::Udp
+            && scan.only_zeros(
+                &walked,
+                self.cfg.block_size,
+                self.rtt.clamp(ZERO_WAIT_MIN, ZERO_WAIT_MAX),
+            )
+        {
+            return self.push_announced(
+                walked,
+                scan,
+                dest,
+                (recursive, many_sources, contents),
+                window,
+            );
+        }
         // No more streams than blocks: a small transfer needs few.
         let blocks: u64 = walked
             .entries
@@ -771,6 +826,7 @@ impl Connected {
             rate: self.cfg.rate,
             compress: self.cfg.compress,
             start_rate: self.cfg.advice.map(|a| a.rate / 2),
+            answer: None,
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
         let r = run_sender(
@@ -784,6 +840,64 @@ impl Connected {
         )?;
         let sent = (r.retransmitted, r.endgame_copies);
         Ok(tail.report(r.summary, streams, sent, window))
+    }
+
+    /// A push whose every block is known to be zeros (or whose files are
+    /// empty): a request for no data connections, with the whole manifest
+    /// and its zero announcements right behind it, before the server's
+    /// answer. The engine reads the welcome and `Accept` first (P-29).
+    fn push_announced(
+        mut self,
+        walked: Walked,
+        scan: crate::ZeroScan,
+        dest: &str,
+        (recursive, many_sources, contents): (bool, bool, bool),
+        window: u64,
+    ) -> Result<Report, TransferError> {
+        Progress::set(&self.progress.total_bytes, walked.file_bytes());
+        let files = walked
+            .entries
+            .iter()
+            .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
+            .count();
+        Progress::set(&self.progress.total_files, files as u64);
+        let mut req = self.build_request(
+            Op::Push,
+            vec![dest.to_string()],
+            recursive,
+            many_sources,
+            contents,
+            0,
+            false,
+        );
+        req.transport = wire::TRANSPORT_TCP;
+        // Zero blocks match nothing the receiver holds: nothing to gate.
+        req.sync.dedup = false;
+        self.ctrl_w
+            .send_msg(&Msg::Request(req))
+            .map_err(|e| TransferError::lost("sending the request", &e))?;
+        let sources = Sources::new(walked.paths)
+            .stamped(&walked.entries)
+            .with_zeros(scan.finish());
+        let session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
+        let how = Sending {
+            rate: self.cfg.rate,
+            compress: self.cfg.compress,
+            start_rate: None,
+            answer: Some(self.keys.session_id()),
+        };
+        let (progress, tail) = (self.progress.clone(), self.tail());
+        let r = run_sender(
+            self.ctrl_r,
+            self.ctrl_w,
+            SendPath::Tcp(Vec::new()),
+            session,
+            &sources,
+            how,
+            &progress,
+        )?;
+        let sent = (r.retransmitted, r.endgame_copies);
+        Ok(tail.report(r.summary, 0, sent, window))
     }
 
     /// Fetches `sources` from the server into `sink`.

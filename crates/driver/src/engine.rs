@@ -217,6 +217,11 @@ pub struct Sending {
     /// Where the UDP channel's rate starts, if not at its usual 100 Mbit/s
     /// (half the rate `haul probe` measured, P-36).
     pub start_rate: Option<u64>,
+    /// A push with nothing to send but zeros, its manifest sent right
+    /// behind the request (P-29): the server's welcome and its `Accept` of
+    /// this session id, with no data connections, come first on control;
+    /// a block that turns out not to be zeros fails the transfer.
+    pub answer: Option<[u8; 16]>,
 }
 
 pub fn run_sender(
@@ -273,17 +278,25 @@ fn run_sender_with(
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Prepared>(2 * workers);
     let (mut ready_tx, ready_rx) = (Some(ready_tx), Mutex::new(ready_rx));
+    let answer = how.answer;
     std::thread::scope(|scope| {
         // Blocks are read, hashed, matched and compressed by a pool of
         // workers, one per core, off the stream threads, which only seal
         // and write (P-19, P-30).
-        if let Some(tx) = ready_tx.take().filter(|_| !data.is_empty()) {
+        if let Some(tx) = ready_tx
+            .take()
+            .filter(|_| !data.is_empty() || answer.is_some())
+        {
             for _ in 0..workers {
                 let (sh, tx) = (&sh, tx.clone());
                 scope.spawn(move || prepare_blocks(sh, sources, tx));
             }
             drop(tx);
             let ready = &ready_rx;
+            if answer.is_some() {
+                let sh = &sh;
+                scope.spawn(move || refuse_data(sh, sources, ready));
+            }
             for w in data {
                 let (sh, bucket) = (&sh, bucket.as_ref());
                 scope.spawn(move || send_blocks(sh, w, ready, bucket));
@@ -295,7 +308,7 @@ fn run_sender_with(
                 crate::datagram::send::run(sh, link, sources, (rate, start_rate), acks_rx)
             });
         }
-        scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r, acks_tx));
+        scope.spawn(|| sender_control_reader(&sh, &mut ctrl_r, acks_tx, answer));
         // Only a receiver that answers each file can ask for chunks.
         if sh.lock().is_gated() {
             scope.spawn(|| crate::dedup::planner(&sh, sources));
@@ -349,14 +362,72 @@ fn run_sender_with(
     })
 }
 
+/// A push sent without data connections found a block that is not zeros
+/// (its file changed since the scan): nothing can carry it.
+fn refuse_data(
+    sh: &Shared<SenderSession>,
+    sources: &Sources,
+    ready: &Mutex<mpsc::Receiver<Prepared>>,
+) {
+    let got = ready.lock().unwrap_or_else(|p| p.into_inner()).recv();
+    if let Ok((block, ..)) = got {
+        let name = sources.path(block.file).map_or_else(
+            || format!("file {}", block.file),
+            |p| p.display().to_string(),
+        );
+        sh.fail(
+            TransferError::new(
+                ErrorCode::Other,
+                format!("{name} changed while it was being sent (it was all zeros when read first); run the command again"),
+            ),
+            true,
+        );
+    }
+}
+
+/// Checks what the server answered to a push sent with its manifest
+/// behind the request: its welcome, then `Accept` of this session with no
+/// data connections (P-29). `None` while the answer is still to come.
+fn check_answer(msg: &Msg, session: &[u8; 16]) -> Result<bool, TransferError> {
+    match msg {
+        Msg::Welcome => Ok(false),
+        Msg::Accept {
+            session: s,
+            streams: 0,
+            gated: false,
+            ..
+        } if s == session => Ok(true),
+        Msg::Accept { .. } => Err(TransferError::new(
+            ErrorCode::Protocol,
+            "server answered a push of zeros with another session, data streams or gating",
+        )),
+        _ => Err(TransferError::new(
+            ErrorCode::Protocol,
+            "server sent no welcome",
+        )),
+    }
+}
+
 fn sender_control_reader(
     sh: &Shared<SenderSession>,
     r: &mut FrameReader,
     acks: Option<mpsc::Sender<Vec<(u32, u32)>>>,
+    mut answer: Option<[u8; 16]>,
 ) {
     loop {
         match r.read_msg() {
             Ok(Some(msg)) => {
+                if let Some(session) = answer.filter(|_| !matches!(msg, Msg::Error { .. })) {
+                    match check_answer(&msg, &session) {
+                        Ok(accepted) => {
+                            if accepted {
+                                answer = None;
+                            }
+                            continue;
+                        }
+                        Err(e) => return sh.fail(e, true),
+                    }
+                }
                 if let (Some(tx), Msg::Acks(list)) = (&acks, &msg) {
                     let _ = tx.send(list.clone());
                 }

@@ -443,6 +443,9 @@ impl Server {
         };
 
         let gated = match &side {
+            // A push of nothing but zeros is not gated: its manifest and
+            // announcements are on their way already (P-29).
+            Side::Receive(..) if req.streams == 0 => false,
             Side::Receive(sink, opts) => opts.gated(sink.destination_exists()),
             Side::Send(..) | Side::Tunnel(_) => false,
         };
@@ -528,6 +531,7 @@ impl Server {
                         rate: rate_of(&req),
                         compress: crate::compress::mode_from_wire(req.compress, req.compress_level),
                         start_rate: None,
+                        answer: None,
                     },
                     &progress,
                 )?;
@@ -646,8 +650,12 @@ fn rate_of(req: &Request) -> Option<u64> {
 
 fn check_request(req: &Request) -> Result<(), TransferError> {
     let bad = |m: &str| Err(TransferError::new(ErrorCode::BadRequest, m.to_string()));
-    if req.streams == 0 || req.streams > 256 {
-        return bad("stream count must be 1 to 256");
+    // No data connections: a push whose every block the client announces
+    // as zeros, its manifest right behind the request (P-29).
+    let announced_only =
+        req.streams == 0 && req.op == Op::Push && req.transport == wire::TRANSPORT_TCP;
+    if (req.streams == 0 && !announced_only) || req.streams > 256 {
+        return bad("stream count must be 1 to 256 (0 only for a push of zeros over TCP)");
     }
     if !(wire::MIN_BLOCK_SIZE..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
         return bad("block size must be 64 KiB to 16 MiB");

@@ -11,6 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use store::{Sources, Walked};
 use wire::EntryKind;
@@ -24,7 +25,11 @@ pub type ZeroBlocks = HashSet<(u32, u64, u32)>;
 /// A scan running on its own thread until [`ZeroScan::finish`].
 pub struct ZeroScan {
     stop: Arc<AtomicBool>,
+    /// The scan read a block that is not all zeros (or could not read one).
+    data: Arc<AtomicBool>,
     thread: Option<JoinHandle<ZeroBlocks>>,
+    /// What a scan that ran to its end found, once taken.
+    done: Option<ZeroBlocks>,
 }
 
 impl ZeroScan {
@@ -40,29 +45,76 @@ impl ZeroScan {
             })
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
+        let data = Arc::new(AtomicBool::new(false));
         if files.is_empty() {
-            return ZeroScan { stop, thread: None };
+            return ZeroScan {
+                stop,
+                data,
+                thread: None,
+                done: Some(ZeroBlocks::new()),
+            };
         }
         let sources = Sources::new(walked.paths.clone()).stamped(&walked.entries);
-        let flag = stop.clone();
+        let (flag, seen) = (stop.clone(), data.clone());
         let thread = std::thread::Builder::new()
             .name("zero-scan".into())
-            .spawn(move || scan(&sources, &files, block_size, &flag))
+            .spawn(move || scan(&sources, &files, block_size, &flag, &seen))
             .ok();
-        ZeroScan { stop, thread }
+        ZeroScan {
+            stop,
+            data,
+            thread,
+            done: None,
+        }
     }
 
     /// A scan that reads nothing (a sync, whose files may all be skipped).
     pub fn none() -> ZeroScan {
         ZeroScan {
             stop: Arc::new(AtomicBool::new(false)),
+            data: Arc::new(AtomicBool::new(true)),
             thread: None,
+            done: None,
         }
+    }
+
+    /// Whether the scan read every file of `walked` and found nothing to
+    /// send: every file empty or all zeros (P-29, a push with nothing to
+    /// send). While it has found only zeros it is waited for, at most
+    /// `wait`; once it read any other byte, the answer is no at once.
+    pub fn only_zeros(&mut self, walked: &Walked, block_size: u32, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        while self.done.is_none() {
+            if self.data.load(Ordering::Relaxed) {
+                return false;
+            }
+            if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                self.done = self.thread.take().and_then(|t| t.join().ok());
+                break;
+            }
+            if self.thread.is_none() || Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let Some(found) = &self.done else {
+            return false;
+        };
+        walked.entries.iter().all(|e| match e.kind {
+            EntryKind::File { size: 0, .. } => true,
+            EntryKind::File { size, .. } => (0..size)
+                .step_by(block_size as usize)
+                .all(|at| found.contains(&(e.id, at, (size - at).min(block_size as u64) as u32))),
+            _ => true,
+        })
     }
 
     /// Stops the scan and returns what it found so far.
     pub fn finish(mut self) -> ZeroBlocks {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(found) = self.done.take() {
+            return found;
+        }
         self.thread
             .take()
             .and_then(|t| t.join().ok())
@@ -76,7 +128,13 @@ impl Drop for ZeroScan {
     }
 }
 
-fn scan(sources: &Sources, files: &[(u32, u64)], block_size: u32, stop: &AtomicBool) -> ZeroBlocks {
+fn scan(
+    sources: &Sources,
+    files: &[(u32, u64)],
+    block_size: u32,
+    stop: &AtomicBool,
+    data: &AtomicBool,
+) -> ZeroBlocks {
     let mut found = ZeroBlocks::new();
     let mut buf = Vec::new();
     let mut read = 0u64;
@@ -90,11 +148,14 @@ fn scan(sources: &Sources, files: &[(u32, u64)], block_size: u32, stop: &AtomicB
             // A file that cannot be read, or changed, is the session's to
             // report when it reads it; the scan moves on.
             if sources.read_block(id, offset, &mut buf).is_err() {
+                data.store(true, Ordering::Relaxed);
                 break;
             }
             read += len as u64;
             if codec::is_zero(&buf) {
                 found.insert((id, offset, len));
+            } else {
+                data.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -139,6 +200,32 @@ mod tests {
         // Stopped at once, it found at most what it read.
         let found = ZeroScan::start(&walked, 64 * 1024).finish();
         assert!(found.len() <= 16);
+    }
+
+    #[test]
+    fn only_a_finished_scan_of_nothing_but_zeros_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let bs = 64 * 1024u32;
+        let zeros = dir.path().join("zeros");
+        std::fs::write(&zeros, vec![0u8; 3 * bs as usize + 5]).unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        let walked = store::walk(&[zeros.clone(), empty], false).unwrap();
+        let mut scan = ZeroScan::start(&walked, bs);
+        assert!(scan.only_zeros(&walked, bs, Duration::from_secs(10)));
+        assert_eq!(scan.finish().len(), 4);
+        // One byte of data, or a file too small to scan, and it does not.
+        let mut data = vec![0u8; 3 * bs as usize];
+        data[bs as usize + 9] = 1;
+        std::fs::write(&zeros, data).unwrap();
+        let small = dir.path().join("small");
+        std::fs::write(&small, vec![0u8; 100]).unwrap();
+        for paths in [vec![zeros.clone()], vec![small]] {
+            let walked = store::walk(&paths, false).unwrap();
+            let mut scan = ZeroScan::start(&walked, bs);
+            assert!(!scan.only_zeros(&walked, bs, Duration::from_secs(10)));
+        }
+        assert!(!ZeroScan::none().only_zeros(&walked, bs, Duration::from_secs(1)));
     }
 
     impl ZeroScan {
