@@ -151,13 +151,17 @@ impl Session {
     }
 
     /// Carries `stream`, a local connection just accepted, through the
-    /// tunnel (client side). Fails when too many are open.
+    /// tunnel (client side). Fails when too many are open, closing the
+    /// connection with a reset.
     pub fn carry(&self, stream: TcpStream) -> Result<u32, TransferError> {
-        let id = self
-            .shared
-            .lock()
-            .open()
-            .map_err(|e| TransferError::new(ErrorCode::Busy, e.to_string()))?;
+        let opened = self.shared.lock().open();
+        let id = match opened {
+            Ok(id) => id,
+            Err(e) => {
+                socket::abort(&stream);
+                return Err(TransferError::new(ErrorCode::Busy, e.to_string()));
+            }
+        };
         self.shared.cv.notify_all();
         socket::pump(&self.shared, id, stream);
         Ok(id)

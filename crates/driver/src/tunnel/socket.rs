@@ -123,7 +123,7 @@ fn to_socket(shared: &Shared, id: u32, mut s: TcpStream) {
 /// Closes the socket with a reset, not a clean end, once both threads let
 /// go of it: the application must not take a cut stream for a complete
 /// one. Shutting the read side wakes the reading thread without a FIN.
-fn abort(s: &TcpStream) {
+pub(super) fn abort(s: &TcpStream) {
     let _ = socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
     let _ = s.shutdown(Shutdown::Read);
 }
