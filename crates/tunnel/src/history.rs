@@ -313,6 +313,7 @@ impl RecvHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use codec::samples::noise;
 
     fn rebuild(rx: &mut RecvHistory, pos: u64, data: &[u8], plan: &[Planned]) -> Vec<u8> {
         let mut program = Vec::new();
@@ -323,18 +324,6 @@ mod tests {
         };
         rx.insert(pos, out.clone()).unwrap();
         out
-    }
-
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
     }
 
     #[test]

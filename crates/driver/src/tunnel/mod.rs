@@ -61,8 +61,6 @@ pub(crate) struct Shared {
     mux: Mutex<Mux>,
     cv: Condvar,
     stop: AtomicBool,
-    /// The owner ended the session on purpose: not an error.
-    stopped_by_owner: AtomicBool,
     error: Mutex<Option<TransferError>>,
     progress: Arc<Progress>,
     /// The lanes' sockets, shut when the session ends so that no thread
@@ -78,7 +76,6 @@ impl Shared {
             coding: coding::Coding::new(opts.cache, opts.compress),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
-            stopped_by_owner: AtomicBool::new(false),
             error: Mutex::new(None),
             progress,
             lanes: Mutex::new(Vec::new()),
@@ -191,28 +188,13 @@ impl Session {
         !self.shared.stopped()
     }
 
-    /// Ends the session (the user stopped the tunnel).
-    pub fn stop(&self, why: &str) {
-        self.shared.stopped_by_owner.store(true, Ordering::Release);
-        self.shared
-            .fail(TransferError::new(ErrorCode::Other, why.to_string()));
-    }
-
     /// Waits until the session ends; its error, if it failed.
     pub fn wait(&self) -> Result<(), TransferError> {
         let handles = std::mem::take(&mut *self.lanes.lock().unwrap_or_else(|p| p.into_inner()));
         for h in handles {
             let _ = h.join();
         }
-        match self.shared.take_error() {
-            Some(_) if self.shared.stopped_by_owner.load(Ordering::Acquire) => Ok(()),
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    pub fn progress(&self) -> Arc<Progress> {
-        self.shared.progress.clone()
+        self.shared.take_error().map_or(Ok(()), Err)
     }
 
     /// Ends the session when the peer reports an error on the control
