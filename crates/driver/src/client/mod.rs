@@ -491,33 +491,10 @@ impl Connected {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn request(
-        &mut self,
-        op: Op,
-        paths: Vec<String>,
-        recursive: bool,
-        many_sources: bool,
-        contents: bool,
-        streams: u16,
-        gated: bool,
-    ) -> Result<(DataPlan, bool), TransferError> {
-        let requested = streams;
-        let req = self.build_request(op, paths, recursive, many_sources, contents, streams, gated);
-        self.send_request(req, requested)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn build_request(
-        &self,
-        op: Op,
-        paths: Vec<String>,
-        recursive: bool,
-        many_sources: bool,
-        contents: bool,
-        streams: u16,
-        gated: bool,
-    ) -> Request {
+    /// A request for `op` on `paths` over `streams` data connections, with
+    /// this client's settings; not recursive, no sources' options, not
+    /// gated (callers set those they need).
+    fn build_request(&self, op: Op, paths: Vec<String>, streams: u16) -> Request {
         let protection = match self.cfg.protection {
             Protection::Aes256Gcm => PROTECT_AES256GCM,
             Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
@@ -526,8 +503,8 @@ impl Connected {
         Request {
             op,
             paths,
-            recursive,
-            many_sources,
+            recursive: false,
+            many_sources: false,
             streams,
             block_size: self.cfg.block_size,
             protection,
@@ -537,12 +514,12 @@ impl Connected {
                 (t, _) => choose_transport(t, self.rtt),
             }
             .wire(),
-            contents,
+            contents: false,
             preserve: self.cfg.preserve,
             compress: crate::compress::mode_to_wire(self.cfg.compress).0,
             compress_level: crate::compress::mode_to_wire(self.cfg.compress).1,
             sync: wire::SyncOptions {
-                gated,
+                gated: false,
                 ..self.cfg.sync
             },
             basis: match op {
@@ -554,11 +531,8 @@ impl Connected {
 
     /// Sends `req`, reads the welcome and the answer, and opens the data
     /// path the answer names.
-    fn send_request(
-        &mut self,
-        req: Request,
-        requested: u16,
-    ) -> Result<(DataPlan, bool), TransferError> {
+    fn request(&mut self, req: Request) -> Result<(DataPlan, bool), TransferError> {
+        let requested = req.streams;
         let asked_udp = req.transport == TRANSPORT_UDP;
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
         // The hello rides right behind the request, to the port message two

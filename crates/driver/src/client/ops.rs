@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use session::{ReceiverSession, SenderSession};
 use store::{Sink, Sources, Walked};
-use wire::{ErrorCode, Msg, Op};
+use wire::{ErrorCode, Msg, Op, Request};
 
 use super::{Connected, Report, Transport, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
 use crate::datagram;
@@ -75,15 +75,12 @@ impl Connected {
                 .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
                 .count() as u64,
         );
-        let (plan, gated) = self.request(
-            Op::Push,
-            vec![dest.to_string()],
+        let (plan, gated) = self.request(Request {
             recursive,
             many_sources,
             contents,
-            streams,
-            false,
-        )?;
+            ..self.build_request(Op::Push, vec![dest.to_string()], streams)
+        })?;
         let sources = Sources::new(walked.paths)
             .stamped(&walked.entries)
             .with_zeros(scan.finish());
@@ -138,16 +135,13 @@ impl Connected {
             .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
             .count();
         Progress::set(&self.progress.total_files, files as u64);
-        let mut req = self.build_request(
-            Op::Push,
-            vec![dest.to_string()],
+        let mut req = Request {
             recursive,
             many_sources,
             contents,
-            0,
-            false,
-        );
-        req.transport = wire::TRANSPORT_TCP;
+            transport: wire::TRANSPORT_TCP,
+            ..self.build_request(Op::Push, vec![dest.to_string()], 0)
+        };
         // Zero blocks match nothing the receiver holds: nothing to gate.
         req.sync.dedup = false;
         self.ctrl_w
@@ -193,15 +187,13 @@ impl Connected {
             contents,
         };
         let gated = opts.gated(sink.destination_exists());
-        let (plan, _) = self.request(
-            Op::Pull,
-            sources,
+        let mut req = Request {
             recursive,
-            false,
             contents,
-            streams,
-            gated,
-        )?;
+            ..self.build_request(Op::Pull, sources, streams)
+        };
+        req.sync.gated = gated;
+        let (plan, _) = self.request(req)?;
         self.receive(plan, sink, &opts, gated, window)
     }
 
@@ -249,15 +241,8 @@ impl Connected {
     pub fn probe(mut self, bytes: u64, echo: Option<Duration>) -> Result<ProbeRun, TransferError> {
         let (streams, window) = self.streams();
         self.echo_span = echo;
-        let (plan, _) = self.request(
-            Op::Probe { bytes },
-            Vec::new(),
-            false,
-            false,
-            false,
-            streams,
-            false,
-        )?;
+        let (plan, _) =
+            self.request(self.build_request(Op::Probe { bytes }, Vec::new(), streams))?;
         let echo = self.echo.take();
         let begun = Instant::now();
         let sink = Sink::new(store::Destination::Null, false);
@@ -312,15 +297,8 @@ impl Connected {
         self.cfg.transport = Transport::Tcp;
         self.cfg.sync.dedup = cache;
         let (streams, _) = self.streams();
-        let (plan, _) = self.request(
-            Op::Tunnel,
-            vec![target.to_string()],
-            false,
-            false,
-            false,
-            streams,
-            false,
-        )?;
+        let (plan, _) =
+            self.request(self.build_request(Op::Tunnel, vec![target.to_string()], streams))?;
         let DataPlan::Tcp(conns) = plan else {
             return Err(TransferError::new(
                 ErrorCode::Protocol,
