@@ -22,5 +22,5 @@ pub mod taste;
 pub mod zero;
 
 pub use compress::{Codec, CodecError, Coder};
-pub use policy::{Auto, Choice, Mode};
+pub use policy::{Auto, Choice, Mode, DEFAULT_LINK};
 pub use zero::is_zero;

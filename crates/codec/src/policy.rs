@@ -315,6 +315,16 @@ impl Auto {
         }
     }
 
+    /// The cores the sender's compression can have now (see the driver's
+    /// `cpu` module): fewer than it has where other work takes them, and
+    /// then a codec that needs more CPU than is left slows the transfer.
+    /// Ignored if not positive.
+    pub fn set_sender_cores(&mut self, cores: f64) {
+        if cores > 0.0 && cores.is_finite() {
+            self.sender_cores = cores;
+        }
+    }
+
     /// The cores the receiver decompresses on, once it has said.
     pub fn set_receiver_cores(&mut self, cores: usize) {
         self.receiver_cores = cores.max(1) as f64;
@@ -601,6 +611,59 @@ mod tests {
         assert_eq!(a.decide(&block).choice, Choice::Raw);
     }
 
+    /// The codec most of 64 decisions on `block` chose (exploration
+    /// aside).
+    fn usual_choice(a: &mut Auto, block: &[u8]) -> Choice {
+        let mut seen: Vec<(Choice, usize)> = Vec::new();
+        for _ in 0..64 {
+            let c = a.decide(block).choice;
+            match seen.iter_mut().find(|(k, _)| *k == c) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((c, 1)),
+            }
+        }
+        seen.into_iter().max_by_key(|(_, n)| *n).unwrap().0
+    }
+
+    #[test]
+    fn cores_busy_elsewhere_turn_zstd_into_lz4_then_raw() {
+        let block = text(MIB, 4);
+        let mut a = Auto::new(Mode::Auto, 2, 2);
+        a.set_link_rate(1000.0 * MBIT);
+        // Speeds on one core as measured on a tree of real files.
+        let est = crate::estimate::sample_ratio(&block, &mut Vec::new());
+        for _ in 0..10 {
+            for (c, bps, ratio) in [
+                (Codec::Lz4, 450e6, 0.55),
+                (Codec::Zstd(1), 220e6, 0.42),
+                (Codec::Zstd(3), 140e6, 0.40),
+                (Codec::Zstd(6), 50e6, 0.38),
+                (Codec::Zstd(9), 30e6, 0.37),
+            ] {
+                let out = (MIB as f64 * ratio) as usize;
+                let t = Duration::from_secs_f64(MIB as f64 / bps);
+                a.record_compress(c, MIB, out, Some(est), t);
+            }
+        }
+        // Two free cores: zstd:1 fits in the CPU and sends the fewest
+        // bytes the link can carry in time.
+        assert_eq!(
+            usual_choice(&mut a, &block),
+            Choice::Compress(Codec::Zstd(1))
+        );
+        // Most of both cores taken by other work (the receiver and an
+        // emulator on one test machine): the cheaper codec goes faster.
+        a.set_sender_cores(0.8);
+        assert_eq!(usual_choice(&mut a, &block), Choice::Compress(Codec::Lz4));
+        // A sliver of a core: even lz4 cannot keep up with the link.
+        a.set_sender_cores(0.2);
+        assert_eq!(usual_choice(&mut a, &block), Choice::Raw);
+        // Not a measurement: ignored.
+        a.set_sender_cores(0.0);
+        a.set_sender_cores(f64::NAN);
+        assert_eq!(usual_choice(&mut a, &block), Choice::Raw);
+    }
+
     #[test]
     fn a_link_faster_than_any_codec_is_not_sampled() {
         // 40 Gbit/s and two cores at the priors' speeds: compressing
@@ -682,6 +745,9 @@ mod tests {
     struct World {
         link: f64,
         cores: f64,
+        /// Of those, the cores the sender can have (others' work takes
+        /// the rest); the receiver has all of them.
+        free: f64,
         /// True bytes per second per core: (compress, decompress).
         speed: fn(Codec) -> (f64, f64),
     }
@@ -700,7 +766,7 @@ mod tests {
                 Choice::Compress(c) => {
                     let z = size(c);
                     let (cs, ds) = (self.speed)(c);
-                    let t = (l / (cs * self.cores))
+                    let t = (l / (cs * self.free))
                         .max(z as f64 / self.link)
                         .max(l / (ds * self.cores));
                     (t, z, l / cs)
@@ -714,6 +780,7 @@ mod tests {
         fn run(&self, mode: Mode, blocks: &[Vec<u8>], sizes: &mut Sizes) -> f64 {
             let mut a = Auto::new(mode, self.cores as usize, self.cores as usize);
             a.set_link_rate(self.link);
+            a.set_sender_cores(self.free);
             let mut total = 0.0;
             for (i, b) in std::iter::repeat_n(blocks, ROUNDS).flatten().enumerate() {
                 let i = i % blocks.len();
@@ -803,14 +870,16 @@ mod tests {
         ];
         let mut sizes: Vec<Sizes> = data.iter().map(|_| Sizes::default()).collect();
         for link_mbit in [100.0, 1000.0, 10_000.0] {
-            for (cpu_name, speed, cores) in [
-                ("fast x2", fast_cpu as fn(Codec) -> (f64, f64), 2.0),
-                ("slow x2", slow_cpu as fn(Codec) -> (f64, f64), 2.0),
-                ("fast x48", fast_cpu as fn(Codec) -> (f64, f64), 48.0),
+            for (cpu_name, speed, cores, free) in [
+                ("fast x2", fast_cpu as fn(Codec) -> (f64, f64), 2.0, 2.0),
+                ("slow x2", slow_cpu as fn(Codec) -> (f64, f64), 2.0, 2.0),
+                ("fast x48", fast_cpu as fn(Codec) -> (f64, f64), 48.0, 48.0),
+                ("busy x2", fast_cpu as fn(Codec) -> (f64, f64), 2.0, 0.7),
             ] {
                 let w = World {
                     link: link_mbit * MBIT,
                     cores,
+                    free,
                     speed,
                 };
                 for ((name, blocks), sizes) in data.iter().zip(sizes.iter_mut()) {

@@ -13,6 +13,7 @@ use wire::{
     CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD,
 };
 
+use crate::cpu::{thread_seconds, CpuShare};
 use crate::progress::Progress;
 
 thread_local! {
@@ -50,11 +51,17 @@ fn tag_of(c: Codec) -> u8 {
 /// How often the link-rate estimate is refreshed.
 const METER_EVERY: Duration = Duration::from_millis(100);
 
+/// Weight of a new measurement of the available cores: a quarter second
+/// is noisy, and a decision that flips each time follows the noise.
+const CORES_ALPHA: f64 = 0.5;
+
 /// One sending side's compression.
 pub struct Compression {
     policy: Mutex<Auto>,
     /// When the link rate was last given to the policy.
     metered: Mutex<Option<Instant>>,
+    /// The cores this process can have now, and their running average.
+    cpu: Mutex<(CpuShare, Option<f64>)>,
     off: bool,
     /// `--rate`, bytes per second: the link the policy sees is no faster.
     /// TCP's windows say nothing of it (on a fast path they allow far
@@ -70,6 +77,7 @@ impl Compression {
             // The receiver's cores are not known; assume as many.
             policy: Mutex::new(Auto::new(mode, cores, cores)),
             metered: Mutex::new(None),
+            cpu: Mutex::new((CpuShare::new(), None)),
             off: mode == Mode::Fixed(Codec::None),
             cap: None,
         }
@@ -111,9 +119,31 @@ impl Compression {
         *m = Some(now);
         let udp = Progress::get(&progress.udp_rate);
         if udp > 0 {
-            return Some(udp as f64);
+            // While the channel still doubles its rate each round trip,
+            // the rate now is no measure of the path: a block compressed
+            // for it (zstd:9 at the first 100 Mbit/s) leaves rounds
+            // later, when the rate is several times higher, and its CPU
+            // held the channel back meanwhile. Until the path's rate is
+            // known it is taken to be at least the policy's default.
+            let startup = Progress::get(&progress.udp_startup) == 1;
+            return Some(if startup {
+                (udp as f64).max(codec::DEFAULT_LINK)
+            } else {
+                udp as f64
+            });
         }
         tcp_rate()
+    }
+
+    /// The cores this process could use over the last quarter second or
+    /// so, averaged with the measurements before, when a new one is due.
+    fn cores(&self) -> Option<f64> {
+        let mut cpu = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
+        let now = cpu.0.sample()?;
+        let avg = cpu.1.map_or(now, |old| old + CORES_ALPHA * (now - old));
+        cpu.1 = Some(avg);
+        tracing::debug!("compression: {now:.2} cores available now, {avg:.2} on average");
+        Some(avg)
     }
 
     /// Encodes the block in `buf[at..]` in place, if the policy says so
@@ -130,18 +160,35 @@ impl Compression {
         }
         if let Some(rate) = self.link_rate(progress, tcp_rate) {
             let rate = self.cap.map_or(rate, |c| rate.min(c));
+            tracing::trace!("compression: link {:.0} Mbit/s", rate * 8e-6);
             self.lock().set_link_rate(rate);
         }
+        if let Some(cores) = self.cores() {
+            self.lock().set_sender_cores(cores);
+        }
         let decision = self.lock().decide(&buf[at..]);
+        tracing::trace!("compression: {:?} {:?}", decision.choice, decision.estimate);
         let Choice::Compress(c) = decision.choice else {
             return CODEC_NONE;
         };
         let len = buf.len() - at;
         CODER.with_borrow_mut(|(coder, out)| {
-            let t0 = Instant::now();
+            // The speed of a core is what the work cost this thread's CPU,
+            // not the wall time it took: a thread kept waiting for a core
+            // is what the available cores ([`Compression::cores`]) count.
+            let (t0, cpu0) = (Instant::now(), thread_seconds());
             coder.compress(c, &buf[at..], out);
+            let took = match (cpu0, thread_seconds()) {
+                (Some(a), Some(b)) if b > a => Duration::from_secs_f64(b - a),
+                _ => t0.elapsed(),
+            };
+            tracing::trace!(
+                "compression: took {:?} {len} -> {} in {took:?}",
+                c,
+                out.len()
+            );
             self.lock()
-                .record_compress(c, len, out.len(), decision.estimate, t0.elapsed());
+                .record_compress(c, len, out.len(), decision.estimate, took);
             if out.len() >= len {
                 return CODEC_NONE;
             }

@@ -6,6 +6,8 @@
 //! - [`handshake`]: runs the sans-IO Noise handshake over a connection.
 //! - [`control_gap`]: how often a control writer writes, so small
 //!   messages merge instead of spending a slow-starting window's packets.
+//! - [`compress`] and [`cpu`]: the `--compress` policy fed the link rate
+//!   and the cores this process can have now.
 //! - `send_blocks`: the sender's block path, from the session's next block
 //!   to a sealed frame on a data stream.
 //! - [`engine`]: the transfer loops shared by client and server: one thread
@@ -24,6 +26,7 @@ pub(crate) mod bundle;
 pub mod client;
 pub mod compress;
 pub mod control_gap;
+pub mod cpu;
 pub mod datagram;
 pub mod dedup;
 pub mod engine;

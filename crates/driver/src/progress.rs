@@ -30,6 +30,9 @@ pub struct Progress {
     pub dgrams_received: AtomicU64,
     /// The sending rate now, bytes per second (the peer's, on a receiver).
     pub udp_rate: AtomicU64,
+    /// 1 while the UDP sender still probes for the path's rate (its
+    /// startup), when `udp_rate` is a floor, not the path's rate.
+    pub udp_startup: AtomicU64,
     /// Datagram bytes this side sent (sender) or received (receiver), and
     /// the microseconds from the first to the last of them: their ratio is
     /// the average rate while data flowed.

@@ -197,6 +197,10 @@ impl RateController for Adaptive {
         self.decide(now, fb);
     }
 
+    fn in_startup(&self) -> bool {
+        self.phase == Phase::Startup
+    }
+
     fn on_feedback_timeout(&mut self, _now: Duration) {
         let r = self.rate / 2.0;
         self.set(r);

@@ -53,6 +53,12 @@ pub trait RateController: Send {
     /// Current sending rate in bytes per second.
     fn rate(&self) -> u64;
 
+    /// Still probing for the path's rate (doubling it each round trip):
+    /// the rate now says only that the path carries at least as much.
+    fn in_startup(&self) -> bool {
+        false
+    }
+
     /// A receiver report arrived at `now` (time since the transfer began).
     fn on_feedback(&mut self, _now: Duration, _fb: &Feedback) {}
 

@@ -84,6 +84,8 @@ fn pump(
     let mut tx = DatagramSender::new(link.payload, link.rtt, Box::new(controller));
     let p = sh.progress;
     Progress::set(&p.udp_payload, link.payload as u64);
+    // The rate, and that it is a floor, for the compression policy.
+    publish(p, &tx);
     let segments = link.channel.max_segments(link.payload);
     let mut out: Vec<u8> = Vec::with_capacity(segments * link.payload);
     let mut batch = RecvBatch::default();
@@ -290,4 +292,5 @@ fn publish(p: &Progress, tx: &DatagramSender) {
     Progress::set(&p.dgrams_lost, s.reported_lost);
     Progress::set(&p.udp_drops, s.receiver_dropped);
     Progress::set(&p.udp_rate, tx.rate());
+    Progress::set(&p.udp_startup, tx.in_startup() as u64);
 }

@@ -204,6 +204,11 @@ impl DatagramSender {
         self.controller.rate()
     }
 
+    /// The controller is still probing for the path's rate.
+    pub fn in_startup(&self) -> bool {
+        self.controller.in_startup()
+    }
+
     pub fn controller_name(&self) -> &'static str {
         self.controller.name()
     }
