@@ -206,7 +206,7 @@ pub fn server(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::net::TcpListener;
 
@@ -234,6 +234,11 @@ mod tests {
             let (server_est, opened) = server.join().unwrap();
             (est, server_est, opened)
         })
+    }
+
+    /// The keys of a session, from a real handshake over loopback.
+    pub(crate) fn session_keys() -> secure::SessionKeys {
+        run(false).1.keys
     }
 
     #[test]

@@ -2,14 +2,13 @@
 //! against the authorized keys, answers its request inside the served root,
 //! gathers the session's data connections, and runs the engine (P-21).
 
-use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use secure::{AuthorizedKeys, Keypair, Protection, PublicKey, SessionKeys};
+use secure::{AuthorizedKeys, Keypair, Protection, PublicKey};
 use session::{ReceiverSession, SenderSession};
 use store::{walk, Destination, Root, Sink, Sources};
 use wire::{
@@ -22,7 +21,7 @@ use crate::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 use crate::error::TransferError;
 use crate::framed::FrameWriter;
 use crate::handshake;
-use crate::join::{keyed, server_join, DataConn, DataPlan};
+use crate::join::{keyed, server_join, DataConn, DataPlan, Joins};
 use crate::net::{self, Tuning};
 use crate::progress::Progress;
 
@@ -113,20 +112,10 @@ pub struct ServerConfig {
     pub tunnel_to: crate::tunnel::TunnelTargets,
 }
 
-/// What a data connection needs to join a session waiting for streams.
-#[derive(Clone)]
-struct Joinable {
-    keys: SessionKeys,
-    protection: Protection,
-    progress: Arc<Progress>,
-    joined: mpsc::Sender<(u16, DataConn)>,
-}
-
-type Registry = Mutex<HashMap<[u8; 16], Joinable>>;
-
 struct Server {
     cfg: ServerConfig,
-    sessions: Registry,
+    /// Sessions data connections may join (P-20).
+    joins: Joins,
     active: AtomicUsize,
     /// Connections not yet past their handshake (or, for data
     /// connections, their join).
@@ -153,7 +142,7 @@ pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
     share_one_arena();
     let server = Arc::new(Server {
         cfg,
-        sessions: Mutex::new(HashMap::new()),
+        joins: Joins::default(),
         active: AtomicUsize::new(0),
         greeting: Arc::new(AtomicUsize::new(0)),
     });
@@ -240,20 +229,18 @@ impl Server {
                     );
                     return;
                 }
-                let slot = self
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&pre.session)
-                    .cloned();
-                let Some(j) = slot else {
+                // A client dials its data connections right behind its
+                // request: this one waits for its session to accept it.
+                let slot = self.joins.wait(&pre.session, handshake::HANDSHAKE_TIMEOUT);
+                let Some((j, protection)) = slot.and_then(|j| Some((j.clone(), j.protection?)))
+                else {
                     tracing::info!("{peer}: data connection for no session; dropped");
                     return;
                 };
                 // The join is checked here, on this connection's own thread,
                 // so a forged or silent connection that copied the
                 // cleartext session id costs the session nothing (P-20).
-                let joined = server_join(stream, &j.keys, pre.stream, j.protection, &j.progress);
+                let joined = server_join(stream, &j.keys, pre.stream, protection, &j.progress);
                 drop(greeting);
                 match joined {
                     Ok(conn) => {
@@ -297,6 +284,10 @@ impl Server {
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
         let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
+        // Listed from now on, so data connections dialled right behind the
+        // request find their session; they join once it is accepted.
+        let (tx, rx) = mpsc::channel();
+        let listed = self.joins.list(&est.keys, &progress, tx);
         let refuse = |w: &mut FrameWriter, e: TransferError| {
             let _ = w.send_msg(&Msg::Error {
                 code: e.code,
@@ -453,17 +444,7 @@ impl Server {
         // The socket opened in the handshake serves a UDP request only.
         let udp = udp.filter(|_| req.transport == TRANSPORT_UDP);
         let udp_port = udp.as_ref().map_or(0, |_| est.udp_port);
-        let (tx, rx) = mpsc::channel();
-        let joinable = Joinable {
-            keys: est.keys.clone(),
-            protection,
-            progress: progress.clone(),
-            joined: tx,
-        };
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(session_id, joinable);
+        listed.open(protection);
         let joined = ctrl_w
             .send_msg(&Msg::Accept {
                 session: session_id,
@@ -478,10 +459,7 @@ impl Server {
                 }
                 _ => gather(&rx, req.streams).map(DataPlan::Tcp),
             });
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&session_id);
+        drop(listed);
         if let Err(e) = &joined {
             let _ = ctrl_w.send_msg(&Msg::Error {
                 code: e.code,

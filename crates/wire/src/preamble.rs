@@ -17,8 +17,8 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// (P-34); version 7 block-exact resume (P-35); version 8 the handshake's
 /// wishes and answer, which offer the UDP port a round trip sooner (P-3,
 /// P-23); version 9 the probe request (P-36); version 10 tunnels
-/// (P-37).
-pub const PROTOCOL_VERSION: u16 = 10;
+/// (P-37); version 11 data connections that join before `Accept` (P-20).
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;

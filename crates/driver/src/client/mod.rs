@@ -17,7 +17,7 @@ use crate::datagram::{self, setup, UdpLink};
 use crate::error::TransferError;
 use crate::framed::{FrameReader, FrameWriter};
 use crate::handshake;
-use crate::join::{client_join, keyed, DataPlan};
+use crate::join::{client_join, keyed, DataConn, DataPlan};
 use crate::net::{self, BufferLimits, Tuning};
 use crate::progress::Progress;
 use crate::server::{size_udp_buffers, udp_buffer, CONTROL_PROTECTION};
@@ -310,33 +310,53 @@ pub fn stream_buffer(rtt: Duration, rate: Option<u64>, streams: u16) -> usize {
 }
 
 fn dial(addr: &SocketAddr, cfg: &ClientConfig) -> Result<TcpStream, TransferError> {
-    dial_with(addr, cfg, &cfg.tuning)
+    Dialer::new(cfg, cfg.tuning.clone()).connect(addr)
 }
 
-fn dial_with(
-    addr: &SocketAddr,
-    cfg: &ClientConfig,
-    tuning: &Tuning,
-) -> Result<TcpStream, TransferError> {
-    net::connect(addr, tuning, cfg.connect_timeout).map_err(|e| {
-        let why = match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => {
-                "connection refused (is `haul serve` running there, on that port?)".to_string()
-            }
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                format!("no answer within {}s", cfg.connect_timeout.as_secs())
-            }
-            _ => e.to_string(),
-        };
-        TransferError::new(
-            ErrorCode::Connect,
-            format!(
-                "cannot connect to {addr} ({}:{}): {why}",
-                cfg.host, cfg.port
-            ),
-        )
-    })
+/// How to open a connection to the server, owned, so that each data
+/// connection can be dialled on a thread of its own.
+#[derive(Clone)]
+struct Dialer {
+    host: String,
+    port: u16,
+    timeout: Duration,
+    tuning: Tuning,
 }
+
+impl Dialer {
+    fn new(cfg: &ClientConfig, tuning: Tuning) -> Dialer {
+        Dialer {
+            host: cfg.host.clone(),
+            port: cfg.port,
+            timeout: cfg.connect_timeout,
+            tuning,
+        }
+    }
+
+    fn connect(&self, addr: &SocketAddr) -> Result<TcpStream, TransferError> {
+        net::connect(addr, &self.tuning, self.timeout).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    "connection refused (is `haul serve` running there, on that port?)".to_string()
+                }
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                    format!("no answer within {}s", self.timeout.as_secs())
+                }
+                _ => e.to_string(),
+            };
+            TransferError::new(
+                ErrorCode::Connect,
+                format!(
+                    "cannot connect to {addr} ({}:{}): {why}",
+                    self.host, self.port
+                ),
+            )
+        })
+    }
+}
+
+/// Data connections being dialled and joined, each on its own thread.
+type Joining = Vec<std::thread::JoinHandle<Result<DataConn, TransferError>>>;
 
 /// Decides whether `key` is the server's (P-3, P-27).
 fn check_server(cfg: &ClientConfig, key: &PublicKey) -> Result<(), TransferError> {
@@ -538,6 +558,11 @@ impl Connected {
         // The hello rides right behind the request, to the port message two
         // named; the server answers it once it accepts (P-23).
         let hello = asked_udp.then(|| self.udp_hello());
+        // So do the data connections, all at once: the server holds their
+        // joins until it accepts (P-20), so their round trip overlaps the
+        // answer's instead of following it, one per connection.
+        let mut joining =
+            (!asked_udp && requested > 0 && sent.is_ok()).then(|| self.dial_streams(requested));
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("sending the request", &e))?;
@@ -624,19 +649,44 @@ impl Connected {
             }
         }
         Progress::set(&progress.streams, streams as u64);
+        let mut joining = joining.take().unwrap_or_else(|| self.dial_streams(streams));
+        // Connections beyond those accepted are closed (no server asks
+        // for fewer today).
+        joining.truncate(streams as usize);
+        joining
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(TransferError::new(
+                        ErrorCode::Connect,
+                        "opening a data connection failed (its thread panicked)",
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|c| (DataPlan::Tcp(c), server_gated))
+    }
+
+    /// Dials data connections `1..=streams` and joins them to the session
+    /// (P-20), each on its own thread.
+    fn dial_streams(&self, streams: u16) -> Joining {
         // The RTT is known now: where buffers can be forced, size each data
         // connection's to its share of the path's BDP instead of the maximum.
         let mut tuning = self.cfg.tuning.clone();
         if tuning.force_buffer.is_some() {
             tuning.force_buffer = Some(stream_buffer(self.rtt, self.cfg.rate, streams));
         }
+        let dialer = Dialer::new(&self.cfg, tuning);
         (1..=streams)
             .map(|i| {
-                let s = dial_with(&self.addr, &self.cfg, &tuning)?;
-                client_join(s, &self.keys, i, self.cfg.protection, &progress)
+                let (dialer, addr, keys) = (dialer.clone(), self.addr, self.keys.clone());
+                let (protection, progress) = (self.cfg.protection, self.progress());
+                std::thread::spawn(move || {
+                    let s = dialer.connect(&addr)?;
+                    client_join(s, &keys, i, protection, &progress)
+                })
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map(|c| (DataPlan::Tcp(c), server_gated))
+            .collect()
     }
 
     /// Opens the client's UDP socket and sends the hello to the port the
