@@ -3,11 +3,15 @@
 //!
 //! The model is a pipeline whose slowest stage sets the pace. Sending a
 //! block of `L` bytes raw takes `L / link`. Compressing it with codec `c`
-//! takes the longest of: compressing on the sender's cores
-//! `L / (compress_c × sender_cores)`, sending `L × ratio_c / link`, and
-//! decompressing on the receiver's cores `L / (decompress_c ×
-//! receiver_cores)`. The policy picks the fastest, and compresses only if
-//! that beats raw by at least [`MARGIN`], so that a near tie never costs.
+//! takes the longest of: the sender's work with compressing `L × (1 /
+//! compress_c + overhead) / sender_cores` (`overhead`: its reading,
+//! hashing, sealing and sending, per byte), sending `L × ratio_c / link`,
+//! and decompressing on the receiver's cores `L / (decompress_c ×
+//! receiver_cores)`. The policy picks the fastest codec, and compresses
+//! only if it beats raw by at least [`MARGIN`] leaving the overhead out
+//! (raw costs that too, and more of it: every byte is sealed and sent, and
+//! where the receiver shares the host, received), so that a near tie never
+//! costs.
 //!
 //! What it needs, it measures: `ratio_c` is the block's sampled LZ4 ratio
 //! ([`crate::estimate`]) times a factor learned for each codec from the
@@ -180,6 +184,9 @@ pub struct Auto {
     zstd_measured: u32,
     link_bps: f64,
     sender_cores: f64,
+    /// CPU seconds the sender spends on an input byte besides compressing
+    /// it (see [`Auto::set_sender_overhead`]).
+    overhead: f64,
     receiver_cores: f64,
     incompressible_run: u32,
     skip_left: u32,
@@ -207,6 +214,7 @@ impl Auto {
             zstd_measured: 0,
             link_bps: DEFAULT_LINK,
             sender_cores: sender_cores.max(1) as f64,
+            overhead: 0.0,
             receiver_cores: receiver_cores.max(1) as f64,
             incompressible_run: 0,
             skip_left: 0,
@@ -325,6 +333,17 @@ impl Auto {
         }
     }
 
+    /// CPU seconds the sender spends per input byte besides compressing:
+    /// reading, hashing, sealing and sending it (measured by the driver).
+    /// Where the cores are few or busy, this work is what lz4's lighter
+    /// touch leaves room for: on a tree of small files it cost three
+    /// times what lz4 did. Ignored if negative or not finite.
+    pub fn set_sender_overhead(&mut self, secs_per_byte: f64) {
+        if secs_per_byte >= 0.0 && secs_per_byte.is_finite() {
+            self.overhead = secs_per_byte;
+        }
+    }
+
     /// The cores the receiver decompresses on, once it has said.
     pub fn set_receiver_cores(&mut self, cores: usize) {
         self.receiver_cores = cores.max(1) as f64;
@@ -338,11 +357,17 @@ impl Auto {
     /// Seconds one block of `len` bytes with sampled ratio `estimate`
     /// holds the pipeline when compressed with `codec`.
     pub fn predicted_time(&self, codec: Codec, len: usize, estimate: f64) -> Option<f64> {
+        self.time_with(codec, len, estimate, self.overhead)
+    }
+
+    /// [`Auto::predicted_time`] with the sender's other work per byte
+    /// taken to be `overhead`.
+    fn time_with(&self, codec: Codec, len: usize, estimate: f64, overhead: f64) -> Option<f64> {
         let s = self.stats.iter().find(|s| s.codec == codec)?;
         let l = len as f64;
         let ratio = (estimate * s.factor).clamp(0.0, 1.05);
         Some(
-            (l / (s.compress_bps * self.sender_cores))
+            (l * (1.0 / s.compress_bps + overhead) / self.sender_cores)
                 .max(l * ratio / self.link_bps)
                 .max(l / (s.decompress_bps * self.receiver_cores)),
         )
@@ -355,8 +380,15 @@ impl Auto {
     /// zstd's low levels run at gigabytes a second, and zstd:9 at a tenth
     /// of that, which a link slow enough for it leaves idle anyway.
     fn trial_codec(&self, len: usize) -> Option<Codec> {
-        let budget = self.raw_time(len) * TRIAL_SHARE;
         let l = len as f64;
+        let link = l / self.link_bps;
+        // Within the share, and within what the sender's other work leaves
+        // of the link's time: a sender that already keeps the link waiting
+        // has no time for trials.
+        let budget = (link * TRIAL_SHARE).min(link - l * self.overhead / self.sender_cores);
+        if budget <= 0.0 {
+            return None;
+        }
         self.stats
             .iter()
             .filter(|s| matches!(s.codec, Codec::Zstd(_)))
@@ -376,7 +408,7 @@ impl Auto {
     fn hopeless(&self, len: usize) -> bool {
         let raw = self.raw_time(len) * (1.0 - MARGIN);
         self.stats.iter().all(|s| {
-            self.predicted_time(s.codec, len, 0.0)
+            self.time_with(s.codec, len, 0.0, 0.0)
                 .is_none_or(|t| t >= raw)
         })
     }
@@ -451,7 +483,8 @@ impl Auto {
                 return decision(Choice::Compress(c));
             }
         }
-        if best_time > raw * (1.0 - MARGIN) {
+        let bare = self.time_with(best, len, est, 0.0).unwrap_or(best_time);
+        if bare > raw * (1.0 - MARGIN) {
             return decision(Choice::Raw);
         }
         decision(Choice::Compress(best))
@@ -665,6 +698,45 @@ mod tests {
     }
 
     #[test]
+    fn the_senders_other_work_favours_the_cheaper_codec_but_never_raw() {
+        let block = text(MIB, 5);
+        let est = crate::estimate::sample_ratio(&block, &mut Vec::new());
+        let mut a = Auto::new(Mode::Auto, 2, 2);
+        a.set_link_rate(1000.0 * MBIT);
+        a.set_sender_cores(0.8);
+        // A tree of small files, one core's speeds by CPU time: zstd fast
+        // enough to look free beside the link.
+        for _ in 0..10 {
+            for (c, bps, ratio) in [
+                (Codec::Lz4, 1000e6, 0.58),
+                (Codec::Zstd(1), 600e6, 0.42),
+                (Codec::Zstd(3), 420e6, 0.40),
+                (Codec::Zstd(6), 250e6, 0.38),
+                (Codec::Zstd(9), 200e6, 0.37),
+            ] {
+                let out = (MIB as f64 * ratio) as usize;
+                let t = Duration::from_secs_f64(MIB as f64 / bps);
+                a.record_compress(c, MIB, out, Some(est), t);
+            }
+        }
+        let zstd = usual_choice(&mut a, &block);
+        assert!(matches!(zstd, Choice::Compress(Codec::Zstd(_))), "{zstd:?}");
+        // Reading, hashing, sealing and sending cost 3 ns a byte (measured
+        // on such a tree): the sender is the bottleneck, and lz4 leaves
+        // it most room.
+        a.set_sender_overhead(3e-9);
+        assert_eq!(usual_choice(&mut a, &block), Choice::Compress(Codec::Lz4));
+        // Even where that work alone outlasts the link, compressing still
+        // beats raw, which costs that work too and sends every byte.
+        a.set_sender_overhead(30e-9);
+        assert_eq!(usual_choice(&mut a, &block), Choice::Compress(Codec::Lz4));
+        // Not a measurement: ignored.
+        a.set_sender_overhead(-1.0);
+        a.set_sender_overhead(f64::INFINITY);
+        assert_eq!(usual_choice(&mut a, &block), Choice::Compress(Codec::Lz4));
+    }
+
+    #[test]
     fn a_link_faster_than_any_codec_is_not_sampled() {
         // 40 Gbit/s and two cores at the priors' speeds: compressing
         // cannot pay even for a block that vanished, so 31 blocks in 32
@@ -748,6 +820,8 @@ mod tests {
         /// Of those, the cores the sender can have (others' work takes
         /// the rest); the receiver has all of them.
         free: f64,
+        /// CPU seconds the sender spends per byte besides compressing.
+        overhead: f64,
         /// True bytes per second per core: (compress, decompress).
         speed: fn(Codec) -> (f64, f64),
     }
@@ -762,11 +836,15 @@ mod tests {
             let l = block.len() as f64;
             match choice {
                 Choice::Zero => (0.0, 0, 0.0),
-                Choice::Raw | Choice::Compress(Codec::None) => (l / self.link, block.len(), 0.0),
+                Choice::Raw | Choice::Compress(Codec::None) => (
+                    (l / self.link).max(l * self.overhead / self.free),
+                    block.len(),
+                    0.0,
+                ),
                 Choice::Compress(c) => {
                     let z = size(c);
                     let (cs, ds) = (self.speed)(c);
-                    let t = (l / (cs * self.free))
+                    let t = (l * (1.0 / cs + self.overhead) / self.free)
                         .max(z as f64 / self.link)
                         .max(l / (ds * self.cores));
                     (t, z, l / cs)
@@ -781,6 +859,7 @@ mod tests {
             let mut a = Auto::new(mode, self.cores as usize, self.cores as usize);
             a.set_link_rate(self.link);
             a.set_sender_cores(self.free);
+            a.set_sender_overhead(self.overhead);
             let mut total = 0.0;
             for (i, b) in std::iter::repeat_n(blocks, ROUNDS).flatten().enumerate() {
                 let i = i % blocks.len();
@@ -870,16 +949,56 @@ mod tests {
         ];
         let mut sizes: Vec<Sizes> = data.iter().map(|_| Sizes::default()).collect();
         for link_mbit in [100.0, 1000.0, 10_000.0] {
-            for (cpu_name, speed, cores, free) in [
-                ("fast x2", fast_cpu as fn(Codec) -> (f64, f64), 2.0, 2.0),
-                ("slow x2", slow_cpu as fn(Codec) -> (f64, f64), 2.0, 2.0),
-                ("fast x48", fast_cpu as fn(Codec) -> (f64, f64), 48.0, 48.0),
-                ("busy x2", fast_cpu as fn(Codec) -> (f64, f64), 2.0, 0.7),
+            for (cpu_name, speed, cores, free, overhead) in [
+                (
+                    "fast x2",
+                    fast_cpu as fn(Codec) -> (f64, f64),
+                    2.0,
+                    2.0,
+                    0.0,
+                ),
+                (
+                    "slow x2",
+                    slow_cpu as fn(Codec) -> (f64, f64),
+                    2.0,
+                    2.0,
+                    0.0,
+                ),
+                (
+                    "fast x48",
+                    fast_cpu as fn(Codec) -> (f64, f64),
+                    48.0,
+                    48.0,
+                    0.0,
+                ),
+                (
+                    "busy x2",
+                    fast_cpu as fn(Codec) -> (f64, f64),
+                    2.0,
+                    0.7,
+                    0.0,
+                ),
+                // Reading, hashing, sealing at 3 ns a byte, as on a tree.
+                (
+                    "busy+io",
+                    fast_cpu as fn(Codec) -> (f64, f64),
+                    2.0,
+                    0.7,
+                    3e-9,
+                ),
+                (
+                    "fast+io",
+                    fast_cpu as fn(Codec) -> (f64, f64),
+                    2.0,
+                    2.0,
+                    1e-9,
+                ),
             ] {
                 let w = World {
                     link: link_mbit * MBIT,
                     cores,
                     free,
+                    overhead,
                     speed,
                 };
                 for ((name, blocks), sizes) in data.iter().zip(sizes.iter_mut()) {

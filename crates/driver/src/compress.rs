@@ -51,17 +51,59 @@ fn tag_of(c: Codec) -> u8 {
 /// How often the link-rate estimate is refreshed.
 const METER_EVERY: Duration = Duration::from_millis(100);
 
-/// Weight of a new measurement of the available cores: a quarter second
-/// is noisy, and a decision that flips each time follows the noise.
-const CORES_ALPHA: f64 = 0.5;
+/// Weight of a new measurement of the available cores and the overhead:
+/// a quarter second is noisy, and a decision that flips each time follows
+/// the noise.
+const CPU_ALPHA: f64 = 0.5;
+
+/// Input bytes an interval must have seen for its overhead to count: the
+/// first intervals of a transfer also walk the tree and shake hands.
+const OVERHEAD_MIN_BYTES: u64 = 4 << 20;
+
+/// The process's CPU as the policy needs it: the cores it can have, and
+/// what it spends per input byte besides compressing (reading, hashing,
+/// sealing, sending), each averaged over intervals of [`CpuShare`].
+#[derive(Default)]
+struct CpuMeter {
+    share: CpuShare,
+    cores: Option<f64>,
+    overhead: Option<f64>,
+    /// Since the last interval: input bytes seen, and CPU seconds spent
+    /// compressing them.
+    bytes: u64,
+    compressed: f64,
+}
+
+impl CpuMeter {
+    /// Counts a block of `len` input bytes and, when an interval is over,
+    /// returns the averaged cores and, if measured, overhead.
+    fn measure(&mut self, len: usize) -> Option<(f64, Option<f64>)> {
+        self.bytes += len as u64;
+        let s = self.share.sample()?;
+        let avg = |old: Option<f64>, new: f64| old.map_or(new, |o| o + CPU_ALPHA * (new - o));
+        self.cores = Some(avg(self.cores, s.cores));
+        if self.bytes >= OVERHEAD_MIN_BYTES {
+            let per_byte = (s.used - self.compressed).max(0.0) / self.bytes as f64;
+            self.overhead = Some(avg(self.overhead, per_byte));
+        }
+        tracing::debug!(
+            "compression: {:.2} cores available now ({:.2} on average), overhead {:.2} ns/B",
+            s.cores,
+            self.cores.unwrap_or(0.0),
+            self.overhead.unwrap_or(0.0) * 1e9
+        );
+        (self.bytes, self.compressed) = (0, 0.0);
+        Some((self.cores?, self.overhead))
+    }
+}
 
 /// One sending side's compression.
 pub struct Compression {
     policy: Mutex<Auto>,
     /// When the link rate was last given to the policy.
     metered: Mutex<Option<Instant>>,
-    /// The cores this process can have now, and their running average.
-    cpu: Mutex<(CpuShare, Option<f64>)>,
+    /// What this process's CPU does, measured now and then.
+    cpu: Mutex<CpuMeter>,
     off: bool,
     /// `--rate`, bytes per second: the link the policy sees is no faster.
     /// TCP's windows say nothing of it (on a fast path they allow far
@@ -77,7 +119,7 @@ impl Compression {
             // The receiver's cores are not known; assume as many.
             policy: Mutex::new(Auto::new(mode, cores, cores)),
             metered: Mutex::new(None),
-            cpu: Mutex::new((CpuShare::new(), None)),
+            cpu: Mutex::new(CpuMeter::default()),
             off: mode == Mode::Fixed(Codec::None),
             cap: None,
         }
@@ -135,15 +177,8 @@ impl Compression {
         tcp_rate()
     }
 
-    /// The cores this process could use over the last quarter second or
-    /// so, averaged with the measurements before, when a new one is due.
-    fn cores(&self) -> Option<f64> {
-        let mut cpu = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
-        let now = cpu.0.sample()?;
-        let avg = cpu.1.map_or(now, |old| old + CORES_ALPHA * (now - old));
-        cpu.1 = Some(avg);
-        tracing::debug!("compression: {now:.2} cores available now, {avg:.2} on average");
-        Some(avg)
+    fn meter(&self) -> std::sync::MutexGuard<'_, CpuMeter> {
+        self.cpu.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Encodes the block in `buf[at..]` in place, if the policy says so
@@ -163,15 +198,19 @@ impl Compression {
             tracing::trace!("compression: link {:.0} Mbit/s", rate * 8e-6);
             self.lock().set_link_rate(rate);
         }
-        if let Some(cores) = self.cores() {
-            self.lock().set_sender_cores(cores);
+        let len = buf.len() - at;
+        if let Some((cores, overhead)) = self.meter().measure(len) {
+            let mut p = self.lock();
+            p.set_sender_cores(cores);
+            if let Some(o) = overhead {
+                p.set_sender_overhead(o);
+            }
         }
         let decision = self.lock().decide(&buf[at..]);
         tracing::trace!("compression: {:?} {:?}", decision.choice, decision.estimate);
         let Choice::Compress(c) = decision.choice else {
             return CODEC_NONE;
         };
-        let len = buf.len() - at;
         CODER.with_borrow_mut(|(coder, out)| {
             // The speed of a core is what the work cost this thread's CPU,
             // not the wall time it took: a thread kept waiting for a core
@@ -187,6 +226,7 @@ impl Compression {
                 c,
                 out.len()
             );
+            self.meter().compressed += took.as_secs_f64();
             self.lock()
                 .record_compress(c, len, out.len(), decision.estimate, took);
             if out.len() >= len {

@@ -28,11 +28,10 @@ impl CpuShare {
         CpuShare { cores, last: None }
     }
 
-    /// The cores this process could have used since the last measurement
-    /// (its own use plus the host's idle time), at most the host's cores;
-    /// `None` before the first interval of [`MIN_INTERVAL`] is over, or
-    /// where the clocks cannot be read.
-    pub fn sample(&mut self) -> Option<f64> {
+    /// What this process had since the last measurement; `None` before
+    /// the first interval of [`MIN_INTERVAL`] is over, or where the clocks
+    /// cannot be read.
+    pub fn sample(&mut self) -> Option<Share> {
         let now = Instant::now();
         if let Some((at, _, _)) = self.last {
             if now.duration_since(at) < MIN_INTERVAL {
@@ -43,8 +42,21 @@ impl CpuShare {
         let prev = self.last.replace((now, own, idle));
         let (at, own0, idle0) = prev?;
         let wall = now.duration_since(at).as_secs_f64();
-        Some(available(own - own0, idle - idle0, wall, self.cores))
+        Some(Share {
+            cores: available(own - own0, idle - idle0, wall, self.cores),
+            used: (own - own0).max(0.0),
+        })
     }
+}
+
+/// One interval's measurement.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    /// The cores this process could have used (its own use plus the
+    /// host's idle time), at most the host's cores.
+    pub cores: f64,
+    /// The CPU seconds it used, on all its threads.
+    pub used: f64,
 }
 
 impl Default for CpuShare {
@@ -144,7 +156,8 @@ mod tests {
         let got = share.sample().expect("a second sample after the interval");
         // This thread spun the whole time: at least most of a core (other
         // tests may share the host), at most every core.
-        assert!(got >= 0.3 && got <= share.cores, "{got} cores");
+        assert!(got.cores >= 0.3 && got.cores <= share.cores, "{got:?}");
+        assert!(got.used >= 0.2, "{got:?}");
         assert!(thread_seconds().is_some_and(|s| s > 0.2));
     }
 }
