@@ -561,7 +561,7 @@ impl Connected {
         // So do the data connections, all at once: the server holds their
         // joins until it accepts (P-20), so their round trip overlaps the
         // answer's instead of following it, one per connection.
-        let mut joining =
+        let joining =
             (!asked_udp && requested > 0 && sent.is_ok()).then(|| self.dial_streams(requested));
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
@@ -649,7 +649,7 @@ impl Connected {
             }
         }
         Progress::set(&progress.streams, streams as u64);
-        let mut joining = joining.take().unwrap_or_else(|| self.dial_streams(streams));
+        let mut joining = joining.unwrap_or_else(|| self.dial_streams(streams));
         // Connections beyond those accepted are closed (no server asks
         // for fewer today).
         joining.truncate(streams as usize);
