@@ -199,14 +199,17 @@ impl Compression {
             self.lock().set_link_rate(rate);
         }
         let len = buf.len() - at;
-        if let Some((cores, overhead)) = self.meter().measure(len) {
+        let measured = self.meter().measure(len);
+        let decision = {
             let mut p = self.lock();
-            p.set_sender_cores(cores);
-            if let Some(o) = overhead {
-                p.set_sender_overhead(o);
+            if let Some((cores, overhead)) = measured {
+                p.set_sender_cores(cores);
+                if let Some(o) = overhead {
+                    p.set_sender_overhead(o);
+                }
             }
-        }
-        let decision = self.lock().decide(&buf[at..]);
+            p.decide(&buf[at..])
+        };
         tracing::trace!("compression: {:?} {:?}", decision.choice, decision.estimate);
         let Choice::Compress(c) = decision.choice else {
             return CODEC_NONE;
@@ -214,7 +217,7 @@ impl Compression {
         CODER.with_borrow_mut(|(coder, out)| {
             // The speed of a core is what the work cost this thread's CPU,
             // not the wall time it took: a thread kept waiting for a core
-            // is what the available cores ([`Compression::cores`]) count.
+            // is what the available cores ([`CpuMeter`]) count.
             let (t0, cpu0) = (Instant::now(), thread_seconds());
             coder.compress(c, &buf[at..], out);
             let took = match (cpu0, thread_seconds()) {

@@ -164,6 +164,18 @@ fn usual_choice(a: &mut Auto, block: &[u8]) -> Choice {
     seen.into_iter().max_by_key(|(_, n)| *n).unwrap().0
 }
 
+/// Teaches `a`, ten times over, each codec's speed on one core (bytes a
+/// second, by CPU time) and output ratio on blocks sampled at `est`.
+fn learn(a: &mut Auto, est: f64, codecs: &[(Codec, f64, f64)]) {
+    for _ in 0..10 {
+        for &(c, bps, ratio) in codecs {
+            let out = (MIB as f64 * ratio) as usize;
+            let t = Duration::from_secs_f64(MIB as f64 / bps);
+            a.record_compress(c, MIB, out, Some(est), t);
+        }
+    }
+}
+
 #[test]
 fn cores_busy_elsewhere_turn_zstd_into_lz4_then_raw() {
     let block = text(MIB, 4);
@@ -171,19 +183,17 @@ fn cores_busy_elsewhere_turn_zstd_into_lz4_then_raw() {
     a.set_link_rate(1000.0 * MBIT);
     // Speeds on one core as measured on a tree of real files.
     let est = crate::estimate::sample_ratio(&block, &mut Vec::new());
-    for _ in 0..10 {
-        for (c, bps, ratio) in [
+    learn(
+        &mut a,
+        est,
+        &[
             (Codec::Lz4, 450e6, 0.55),
             (Codec::Zstd(1), 220e6, 0.42),
             (Codec::Zstd(3), 140e6, 0.40),
             (Codec::Zstd(6), 50e6, 0.38),
             (Codec::Zstd(9), 30e6, 0.37),
-        ] {
-            let out = (MIB as f64 * ratio) as usize;
-            let t = Duration::from_secs_f64(MIB as f64 / bps);
-            a.record_compress(c, MIB, out, Some(est), t);
-        }
-    }
+        ],
+    );
     // Two free cores: zstd:1 fits in the CPU and sends the fewest
     // bytes the link can carry in time.
     assert_eq!(
@@ -212,19 +222,17 @@ fn the_senders_other_work_favours_the_cheaper_codec_but_never_raw() {
     a.set_sender_cores(0.8);
     // A tree of small files, one core's speeds by CPU time: zstd fast
     // enough to look free beside the link.
-    for _ in 0..10 {
-        for (c, bps, ratio) in [
+    learn(
+        &mut a,
+        est,
+        &[
             (Codec::Lz4, 1000e6, 0.58),
             (Codec::Zstd(1), 600e6, 0.42),
             (Codec::Zstd(3), 420e6, 0.40),
             (Codec::Zstd(6), 250e6, 0.38),
             (Codec::Zstd(9), 200e6, 0.37),
-        ] {
-            let out = (MIB as f64 * ratio) as usize;
-            let t = Duration::from_secs_f64(MIB as f64 / bps);
-            a.record_compress(c, MIB, out, Some(est), t);
-        }
-    }
+        ],
+    );
     let zstd = usual_choice(&mut a, &block);
     assert!(matches!(zstd, Choice::Compress(Codec::Zstd(_))), "{zstd:?}");
     // Reading, hashing, sealing and sending cost 3 ns a byte (measured
@@ -329,7 +337,7 @@ struct World {
     /// CPU seconds the sender spends per byte besides compressing.
     overhead: f64,
     /// True bytes per second per core: (compress, decompress).
-    speed: fn(Codec) -> (f64, f64),
+    speed: Speeds,
 }
 
 impl World {
@@ -406,6 +414,9 @@ impl Sizes {
     }
 }
 
+/// True bytes per second per core of each codec: (compress, decompress).
+type Speeds = fn(Codec) -> (f64, f64);
+
 fn fast_cpu(c: Codec) -> (f64, f64) {
     match c {
         Codec::Lz4 => (700e6, 3000e6),
@@ -454,51 +465,16 @@ fn auto_is_within_three_percent_of_the_best_fixed_choice() {
         Mode::Fixed(Codec::Zstd(9)),
     ];
     let mut sizes: Vec<Sizes> = data.iter().map(|_| Sizes::default()).collect();
+    let (fast, slow): (Speeds, Speeds) = (fast_cpu, slow_cpu);
     for link_mbit in [100.0, 1000.0, 10_000.0] {
         for (cpu_name, speed, cores, free, overhead) in [
-            (
-                "fast x2",
-                fast_cpu as fn(Codec) -> (f64, f64),
-                2.0,
-                2.0,
-                0.0,
-            ),
-            (
-                "slow x2",
-                slow_cpu as fn(Codec) -> (f64, f64),
-                2.0,
-                2.0,
-                0.0,
-            ),
-            (
-                "fast x48",
-                fast_cpu as fn(Codec) -> (f64, f64),
-                48.0,
-                48.0,
-                0.0,
-            ),
-            (
-                "busy x2",
-                fast_cpu as fn(Codec) -> (f64, f64),
-                2.0,
-                0.7,
-                0.0,
-            ),
+            ("fast x2", fast, 2.0, 2.0, 0.0),
+            ("slow x2", slow, 2.0, 2.0, 0.0),
+            ("fast x48", fast, 48.0, 48.0, 0.0),
+            ("busy x2", fast, 2.0, 0.7, 0.0),
             // Reading, hashing, sealing at 3 ns a byte, as on a tree.
-            (
-                "busy+io",
-                fast_cpu as fn(Codec) -> (f64, f64),
-                2.0,
-                0.7,
-                3e-9,
-            ),
-            (
-                "fast+io",
-                fast_cpu as fn(Codec) -> (f64, f64),
-                2.0,
-                2.0,
-                1e-9,
-            ),
+            ("busy+io", fast, 2.0, 0.7, 3e-9),
+            ("fast+io", fast, 2.0, 2.0, 1e-9),
         ] {
             let w = World {
                 link: link_mbit * MBIT,
