@@ -1,5 +1,6 @@
 //! The body of every fuzz target: one function per decoder that reads
-//! what a peer or a disk hands haul. `fuzz/fuzz_targets/NAME.rs` calls
+//! what a peer or a disk hands haul, and two that play hostile peers
+//! against the receiving state machines (`sessions.rs`). `fuzz/fuzz_targets/NAME.rs` calls
 //! `fuzzing::NAME` under cargo-fuzz (`scripts/fuzz.sh`); the stable test
 //! `tests/regressions.rs` replays every input kept in
 //! `fuzz/regressions/NAME/` through the same function, so a crash once
@@ -12,6 +13,9 @@
 //! message).
 
 use std::sync::OnceLock;
+
+mod sessions;
+pub use sessions::{datagram_receiver, receiver};
 
 /// A target's body: any bytes in, a normal return out.
 pub type Target = fn(&[u8]);
@@ -32,6 +36,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("journal", journal),
     ("cache_index", cache_index),
     ("tunnel", tunnel),
+    ("receiver", receiver),
+    ("datagram_receiver", datagram_receiver),
 ];
 
 /// A control message (P-6): decoding, and for what decodes, encoding it

@@ -15,13 +15,18 @@
 
 pub mod datagram;
 pub mod digest;
+pub mod hostile;
+mod manifest;
 pub mod paths;
 pub mod receiver;
 pub mod schedule;
 pub mod sender;
 
 pub use digest::{block_hash, zero_hash, FileDigest};
-pub use receiver::{Action, BlockVerdict, ReceiverError, ReceiverSession};
+pub use paths::Asked;
+pub use receiver::{
+    Action, BlockVerdict, Pool, ReceiverError, ReceiverSession, Wanted, DEFAULT_BUDGET,
+};
 pub use schedule::{BlockRef, Next, Scheduler};
 pub use sender::{SenderError, SenderSession, SourceEntry};
 

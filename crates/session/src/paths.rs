@@ -41,6 +41,85 @@ pub fn components(path: &[u8]) -> Result<Vec<&[u8]>, PathError> {
     Ok(parts)
 }
 
+/// The name a pulled source's manifest entry has at the top (P-8): the
+/// source's last component, as the serving side names it. `None` where the
+/// top-level names cannot be known from the request: a source that names a
+/// directory's contents (`dir/`, `dir/.`, `.`: its children's names), or
+/// one that ends in `..` or is empty (the name of a directory the request
+/// does not spell out, which only the server knows).
+pub fn asked_name(source: &[u8]) -> Option<Vec<u8>> {
+    if source == b"." || source.ends_with(b"/") || source.ends_with(b"/.") {
+        return None;
+    }
+    let last = source.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    (!last.is_empty() && last != b"..").then(|| last.to_vec())
+}
+
+/// What a pulling client asked for, against which every entry the server
+/// sends is checked (P-8, S-5): a server may name only the sources' own
+/// names at the top, and without `-r` nothing but top-level files and
+/// links. This is what keeps a hostile server from dropping `.ssh/` or
+/// `.bashrc` into `haul cp -r HOST:x ~/` (the class of scp's
+/// CVE-2019-6111 and rsync's CVE-2022-29154).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    /// The top-level names allowed, sorted; `None`: any, because a source
+    /// names a directory's contents or climbs (see [`asked_name`]).
+    names: Option<Vec<Vec<u8>>>,
+    recursive: bool,
+}
+
+/// Why an entry is not what the client asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAsked {
+    /// Its top-level name is none of the sources'.
+    Name,
+    /// A directory, or an entry inside one, in a pull without `-r`.
+    NotRecursive,
+}
+
+impl Asked {
+    /// For a pull of `sources` (the paths as sent in the request).
+    pub fn new<S: AsRef<[u8]>>(sources: &[S], recursive: bool) -> Asked {
+        let names: Option<Vec<Vec<u8>>> = sources.iter().map(|s| asked_name(s.as_ref())).collect();
+        let names = names.map(|mut n| {
+            n.sort();
+            n.dedup();
+            n
+        });
+        Asked { names, recursive }
+    }
+
+    /// Checks a manifest entry's path (already through [`components`]).
+    pub fn check(&self, parts: &[&[u8]], is_dir: bool) -> Result<(), NotAsked> {
+        if !self.recursive && (is_dir || parts.len() > 1) {
+            return Err(NotAsked::NotRecursive);
+        }
+        match &self.names {
+            Some(names)
+                if names
+                    .binary_search_by(|n| n.as_slice().cmp(parts[0]))
+                    .is_err() =>
+            {
+                Err(NotAsked::Name)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The names asked for, for messages: `"a", "b"`, or `any name`.
+    pub fn describe(&self) -> String {
+        match &self.names {
+            None => "any name (a directory's contents)".into(),
+            Some(n) => n
+                .iter()
+                .map(|n| format!("{:?}", String::from_utf8_lossy(n)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 /// Where the manifest's top-level names go at the destination, as scp does:
 /// into an existing directory (or one named with a trailing '/'), or, for a
 /// single source whose destination does not exist as a directory, renamed
@@ -139,7 +218,43 @@ mod tests {
         assert_eq!(Placement::Into.relative(&parts).len(), 3);
     }
 
+    #[test]
+    fn asked_names_are_the_sources_last_components() {
+        for (src, name) in [
+            ("x", Some("x")),
+            ("a/b/x", Some("x")),
+            ("/abs/x", Some("x")),
+            ("../x", Some("x")),
+            ("a/./x", Some("x")),
+            ("a/...", Some("...")),
+            ("x/y/..", None),
+            ("..", None),
+            ("", None),
+            ("dir/", None),
+            ("dir/.", None),
+            (".", None),
+            ("/", None),
+        ] {
+            assert_eq!(
+                asked_name(src.as_bytes()).as_deref(),
+                name.map(str::as_bytes),
+                "{src:?}"
+            );
+        }
+        let asked = Asked::new(&["a/x", "b/x", "y"], true);
+        assert_eq!(asked.describe(), "\"x\", \"y\"");
+        assert_eq!(Asked::new(&["x", "d/"], true).check(&[b"z"], false), Ok(()));
+    }
+
     proptest! {
+        /// Whatever the source, a name it yields is one valid component.
+        #[test]
+        fn asked_names_are_single_components(src in "[a./]{0,12}") {
+            if let Some(n) = asked_name(src.as_bytes()) {
+                prop_assert_eq!(components(&n).map(|c| c.len()), Ok(1));
+            }
+        }
+
         #[test]
         fn accepted_paths_never_climb(p in proptest::collection::vec(any::<u8>(), 0..40)) {
             if let Ok(parts) = components(&p) {

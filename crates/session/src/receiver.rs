@@ -5,6 +5,12 @@
 //! hash and the manifest, acknowledges blocks once stored, and releases a
 //! file for renaming into place only when every block is stored and the
 //! sender's whole-file digest matches the hashes it verified.
+//!
+//! Everything the peer announces is checked before this side holds
+//! anything for it (P-40, S-1 … S-5): the manifest's shape (each path once,
+//! nothing under a file or a link), on a pull the names asked for, and
+//! the bookkeeping the manifest costs, which must stay within the
+//! session's budget.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -12,8 +18,46 @@ use thiserror::Error;
 use wire::{BlockHeader, EntryKind, ErrorCode, Msg, Summary};
 
 use crate::digest::{zero_hash, FileDigest};
-use crate::paths;
+use crate::manifest::{self, Node, Tree};
+use crate::paths::{self, Asked, NotAsked};
 use crate::{block_count, block_len};
+
+/// The most bookkeeping a peer's manifest may make one session hold by
+/// default (S-1): 2 GiB. Per-block state is allocated when a file's entry
+/// arrives (its state and its hash, [`BLOCK_COST`] bytes a block), so the
+/// check comes first, and every entry of the manifest counts against the
+/// same budget. Within it: 100 TB in 16 MiB blocks (6 million blocks,
+/// 197 MB), 60 TiB in the default 1 MiB blocks, or about 4 million small
+/// files with 50-byte paths (540 bytes each). A single entry of 2^32 − 1
+/// blocks (the largest a block index allows) would need 141 GB.
+pub const DEFAULT_BUDGET: u64 = 2 << 30;
+/// Memory shared by several sessions (a daemon's `--memory`, S-1): each
+/// session takes its bookkeeping from it as entries arrive, before
+/// allocating, and gives it all back when it ends.
+pub trait Pool: Send + Sync {
+    /// Takes `bytes` if that many are left; says whether it did.
+    fn take(&self, bytes: u64) -> bool;
+    /// Gives back `bytes` taken before.
+    fn give(&self, bytes: u64);
+}
+
+/// Bookkeeping per block: its state (1 byte) and its hash (32).
+pub const BLOCK_COST: u64 = 33;
+/// Bookkeeping per entry besides its path and the keys of the manifest's
+/// shape ([`manifest::KEY_COST`] each): its id, and its place in the list
+/// of paths (for `--delete`) with the path's allocation. Each entry also
+/// pays for the action it queues for the driver, with its own copy of the
+/// path. What is held is counted, never refunded: the budget bounds the
+/// manifest, not the moment.
+const ENTRY_COST: u64 = 8 + 24 + 16 + ACTION_COST;
+/// An action waiting for the driver, with its path's allocation.
+const ACTION_COST: u64 = std::mem::size_of::<Action>() as u64 + 16;
+/// Besides its path: a directory's place in the list whose metadata is
+/// set at the end.
+const DIR_COST: u64 = 48;
+/// Besides its path and blocks: the file's record in its map, with the
+/// map's spare room (half again, on average, for a table that doubles).
+const FILE_COST: u64 = (std::mem::size_of::<RecvFile>() as u64 + 8) * 3 / 2 + 16;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ReceiverError {
@@ -21,10 +65,62 @@ pub enum ReceiverError {
     Protocol(String),
     #[error("refused path from peer: {0}")]
     Path(#[from] paths::PathError),
+    /// An entry that breaks the manifest's shape (S-3).
+    #[error("refused manifest entry {path:?}: {reason}")]
+    Manifest { path: String, reason: String },
+    /// On a pull, an entry outside what the client asked for (S-5).
+    #[error("the server sent {path:?}, which was not asked for ({reason})")]
+    NotAsked { path: String, reason: String },
+    /// The manifest would need more bookkeeping than the session's budget
+    /// (S-1): `need` bytes with this entry, over `limit`.
+    #[error("refused {path:?}: {what}; with the entries before it the manifest would need {need} bytes of bookkeeping on this side, over its limit of {limit} ({BLOCK_COST} bytes a block; a larger --block-size needs fewer blocks)")]
+    TooLarge {
+        path: String,
+        what: String,
+        need: u64,
+        limit: u64,
+    },
+    /// The memory this side shares among its sessions (a daemon's
+    /// `--memory`) is taken by the others: `need` more bytes of
+    /// bookkeeping would not fit (S-1).
+    #[error("refused {path:?}: this side's memory for manifests is held by its other transfers right now ({need} more bytes of bookkeeping would not fit); try again later, or with a larger --block-size")]
+    Busy { path: String, need: u64 },
     #[error("file {path} failed verification: its digest does not match the blocks received")]
     Integrity { path: String },
     #[error("{message}")]
     Remote { code: ErrorCode, message: String },
+}
+
+impl ReceiverError {
+    /// The code the peer is told, and the exit status it becomes.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ReceiverError::Protocol(_)
+            | ReceiverError::Manifest { .. }
+            | ReceiverError::NotAsked { .. } => ErrorCode::Protocol,
+            ReceiverError::Path(_) => ErrorCode::OutsideRoot,
+            ReceiverError::TooLarge { .. } => ErrorCode::BadRequest,
+            ReceiverError::Busy { .. } => ErrorCode::Busy,
+            ReceiverError::Integrity { .. } => ErrorCode::Integrity,
+            ReceiverError::Remote { code, .. } => *code,
+        }
+    }
+}
+
+/// Whether a block's bytes are still wanted, for the UDP channel's block
+/// assembly (S-7): only blocks the manifest has and this side lacks get a
+/// buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// In the manifest and not stored yet.
+    Yes,
+    /// Stored, being written, or its file skipped: the bytes are a repeat.
+    Already,
+    /// Its file has not been announced, and the manifest is not complete.
+    NotYet,
+    /// Not in the complete manifest, or past its file's end: no honest
+    /// sender sends it.
+    Never,
 }
 
 /// What the driver must do on the receiver's behalf.
@@ -94,17 +190,20 @@ struct RecvFile {
     mode: u32,
     mtime: (i64, u32),
     opened: bool,
-    slots: Vec<Slot>,
-    hashes: Vec<[u8; 32]>,
+    slots: Box<[Slot]>,
+    hashes: Box<[[u8; 32]]>,
     stored: usize,
-    digest: Option<[u8; 32]>,
+    digest: Option<Box<[u8; 32]>>,
     released: bool,
     placed: bool,
     skipped: bool,
     /// The sender's whole-file digest, sent ahead under `--checksum`.
-    source_digest: Option<[u8; 32]>,
+    source_digest: Option<Box<[u8; 32]>>,
     /// Blocks a partial already holds, announced in `Have` (P-35).
-    held: HashMap<u32, [u8; 32]>,
+    /// Boxed: most files hold none, and every file's record counts
+    /// against the budget (S-1), 40 bytes smaller this way.
+    #[allow(clippy::box_collection)]
+    held: Option<Box<HashMap<u32, [u8; 32]>>>,
 }
 
 pub struct ReceiverSession {
@@ -128,6 +227,16 @@ pub struct ReceiverSession {
     dry_run: bool,
     /// Every entry's path, in manifest order (for `--delete`).
     paths: Vec<Vec<u8>>,
+    /// The manifest's shape so far (S-3).
+    tree: Tree,
+    /// On a pull: what the client asked for (S-5).
+    asked: Option<Asked>,
+    /// Bookkeeping the manifest may cost (S-1), and what it costs so far.
+    budget: u64,
+    charged: u64,
+    /// The memory shared with other sessions, if any: `charged` is taken
+    /// from it, and given back on drop.
+    pool: Option<std::sync::Arc<dyn Pool>>,
     /// Files a dry run lists as to be sent, and their bytes.
     pub files_listed: u64,
     pub bytes_listed: u64,
@@ -142,6 +251,14 @@ pub struct ReceiverSession {
     pub bytes_kept: u64,
     /// Announced total of file bytes, once the manifest is complete.
     pub bytes_expected: Option<u64>,
+}
+
+impl Drop for ReceiverSession {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.give(self.charged);
+        }
+    }
 }
 
 impl ReceiverSession {
@@ -167,6 +284,11 @@ impl ReceiverSession {
             expect_digests: false,
             dry_run: false,
             paths: Vec::new(),
+            tree: Tree::default(),
+            asked: None,
+            budget: DEFAULT_BUDGET,
+            charged: 0,
+            pool: None,
             files_listed: 0,
             bytes_listed: 0,
             files_skipped: 0,
@@ -194,6 +316,45 @@ impl ReceiverSession {
     /// counted as listed, and the sender does the same.
     pub fn dry_run(&mut self) {
         self.dry_run = true;
+    }
+
+    /// The most bookkeeping the peer's manifest may make this side hold
+    /// (S-1); [`DEFAULT_BUDGET`] unless set. Set it before the first entry.
+    pub fn set_budget(&mut self, bytes: u64) {
+        self.budget = bytes;
+    }
+
+    /// Takes this session's bookkeeping from `pool`, shared with other
+    /// sessions, as well as within its own budget (S-1).
+    pub fn set_pool(&mut self, pool: std::sync::Arc<dyn Pool>) {
+        self.pool = Some(pool);
+    }
+
+    /// Bookkeeping the manifest costs so far, in bytes, as counted against
+    /// the budget.
+    pub fn bookkeeping(&self) -> u64 {
+        self.charged
+    }
+
+    /// A pull (S-5): refuse every entry outside what the client asked for
+    /// ([`Asked::new`] with the request's sources and `-r`).
+    pub fn expect(&mut self, asked: Asked) {
+        self.asked = Some(asked);
+    }
+
+    /// Whether block `index` of `file` is still wanted (S-7).
+    pub fn wanted(&self, file: u32, index: u32) -> Wanted {
+        let Some(f) = self.files.get(&file) else {
+            return match self.manifest {
+                Some(_) => Wanted::Never,
+                None => Wanted::NotYet,
+            };
+        };
+        match f.slots.get(index as usize) {
+            None => Wanted::Never,
+            Some(Slot::Missing) if !f.skipped => Wanted::Yes,
+            Some(_) => Wanted::Already,
+        }
     }
 
     /// Every entry's path so far, in manifest order.
@@ -258,7 +419,9 @@ impl ReceiverSession {
             .into_iter()
             .filter(|(i, _)| (*i as usize) < blocks)
             .collect();
-        f.held.extend(held.iter().copied());
+        f.held
+            .get_or_insert_with(Default::default)
+            .extend(held.iter().copied());
         for part in held.chunks(wire::HAVE_PER_MESSAGE) {
             self.outbox.push_back(Msg::Have {
                 file,
@@ -273,8 +436,8 @@ impl ReceiverSession {
         for (file, index) in list {
             let bs = self.block_size;
             let f = self.files.get_mut(&file);
-            let Some((f, hash)) = f.and_then(|f| f.held.get(&index).copied().map(|h| (f, h)))
-            else {
+            let held = |f: &RecvFile| f.held.as_ref()?.get(&index).copied();
+            let Some((f, hash)) = f.and_then(|f| held(f).map(|h| (f, h))) else {
                 return Err(ReceiverError::Protocol(format!(
                     "kept block {index} of file {file}, which this side does not hold"
                 )));
@@ -341,90 +504,7 @@ impl ReceiverSession {
     /// A control message from the sender.
     pub fn handle(&mut self, msg: Msg) -> Result<(), ReceiverError> {
         match msg {
-            Msg::Entry(e) => {
-                if self.manifest.is_some() {
-                    return Err(ReceiverError::Protocol(
-                        "entry after the end of the manifest".into(),
-                    ));
-                }
-                if !self.seen_ids.insert(e.id) {
-                    return Err(ReceiverError::Protocol(format!(
-                        "entry id {} repeated",
-                        e.id
-                    )));
-                }
-                paths::components(&e.path)?;
-                self.paths.push(e.path.clone());
-                match e.kind {
-                    EntryKind::Dir {
-                        mode,
-                        mtime,
-                        mtime_nsec,
-                    } => {
-                        self.dirs.push((e.path.clone(), mtime, mtime_nsec));
-                        self.actions.push_back(Action::MakeDir {
-                            id: e.id,
-                            path: e.path,
-                            mode,
-                        });
-                    }
-                    EntryKind::Symlink => {
-                        if e.target.is_empty() {
-                            return Err(ReceiverError::Protocol(
-                                "symlink with empty target".into(),
-                            ));
-                        }
-                        self.actions.push_back(Action::MakeSymlink {
-                            id: e.id,
-                            path: e.path,
-                            target: e.target,
-                        });
-                    }
-                    EntryKind::File {
-                        size,
-                        mode,
-                        mtime,
-                        mtime_nsec,
-                    } => {
-                        let n = block_count(size, self.block_size);
-                        if n > u32::MAX as u64 {
-                            return Err(ReceiverError::Protocol(format!(
-                                "file of {size} bytes has too many blocks"
-                            )));
-                        }
-                        // Under --checksum the file is judged once its
-                        // digest (the next message) is here.
-                        if !self.expect_digests || size == 0 {
-                            self.actions.push_back(Action::OpenFile {
-                                id: e.id,
-                                path: e.path.clone(),
-                                size,
-                                mtime,
-                                mtime_nsec,
-                            });
-                        }
-                        self.files.insert(
-                            e.id,
-                            RecvFile {
-                                path: e.path,
-                                size,
-                                mode,
-                                mtime: (mtime, mtime_nsec),
-                                opened: false,
-                                slots: vec![Slot::Missing; n as usize],
-                                hashes: vec![[0; 32]; n as usize],
-                                stored: 0,
-                                digest: None,
-                                released: false,
-                                placed: false,
-                                skipped: false,
-                                source_digest: None,
-                                held: HashMap::new(),
-                            },
-                        );
-                    }
-                }
-            }
+            Msg::Entry(e) => self.entry(e)?,
             Msg::ManifestEnd { files, bytes } => {
                 let (have_files, have_bytes) = (
                     self.files.len() as u64,
@@ -448,7 +528,7 @@ impl ReceiverSession {
                         "unexpected checksum for file {file}"
                     )));
                 }
-                f.source_digest = Some(digest);
+                f.source_digest = Some(Box::new(digest));
                 self.actions.push_back(Action::OpenFile {
                     id: file,
                     path: f.path.clone(),
@@ -466,7 +546,7 @@ impl ReceiverSession {
                         "unexpected digest for file {file}"
                     )));
                 }
-                f.digest = Some(digest);
+                f.digest = Some(Box::new(digest));
                 self.check_file(file)?;
             }
             Msg::Kept(list) => self.kept(list)?,
@@ -475,6 +555,164 @@ impl ReceiverSession {
                 return Err(ReceiverError::Protocol(format!(
                     "unexpected message {other:?}"
                 )))
+            }
+        }
+        Ok(())
+    }
+
+    /// A manifest entry: every check comes before anything is held for it.
+    fn entry(&mut self, e: wire::Entry) -> Result<(), ReceiverError> {
+        if self.manifest.is_some() {
+            return Err(ReceiverError::Protocol(
+                "entry after the end of the manifest".into(),
+            ));
+        }
+        if self.seen_ids.contains(&e.id) {
+            return Err(ReceiverError::Protocol(format!(
+                "entry id {} repeated",
+                e.id
+            )));
+        }
+        let show = || String::from_utf8_lossy(&e.path).into_owned();
+        let parts = paths::components(&e.path)?;
+        let node = match e.kind {
+            EntryKind::Dir { .. } => Node::Dir,
+            EntryKind::File { .. } => Node::File,
+            EntryKind::Symlink => Node::Symlink,
+        };
+        if let Some(asked) = &self.asked {
+            asked.check(&parts, node == Node::Dir).map_err(|why| {
+                let reason = match why {
+                    NotAsked::Name => format!("asked for {}", asked.describe()),
+                    NotAsked::NotRecursive => {
+                        "a directory, or inside one, and the pull is not recursive (-r)".into()
+                    }
+                };
+                ReceiverError::NotAsked {
+                    path: show(),
+                    reason,
+                }
+            })?;
+        }
+        let plan = self
+            .tree
+            .check(&e.path, node)
+            .map_err(|t| ReceiverError::Manifest {
+                path: show(),
+                reason: t.describe(),
+            })?;
+        if node == Node::Symlink && e.target.is_empty() {
+            return Err(ReceiverError::Protocol("symlink with empty target".into()));
+        }
+        // What this entry costs, in saturating arithmetic: a size near
+        // 2^64 must not wrap into a small figure.
+        let path_len = e.path.len() as u64;
+        // The list of paths and the action each hold a copy of the path.
+        let mut cost = ENTRY_COST + 2 * path_len + plan.new_keys(&self.tree) * manifest::KEY_COST;
+        let mut what = String::new();
+        match e.kind {
+            EntryKind::Dir { .. } => cost += DIR_COST + path_len,
+            EntryKind::Symlink => cost += e.target.len() as u64,
+            EntryKind::File { size, .. } => {
+                let n = block_count(size, self.block_size);
+                cost = cost
+                    .saturating_add(FILE_COST + path_len)
+                    .saturating_add(n.saturating_mul(BLOCK_COST));
+                what = format!(
+                    "a file of {size} bytes is {n} blocks of {} bytes",
+                    self.block_size
+                );
+            }
+        }
+        let need = self.charged.saturating_add(cost);
+        if need > self.budget {
+            if what.is_empty() {
+                what = format!("entry {} of the manifest", self.paths.len() + 1);
+            }
+            return Err(ReceiverError::TooLarge {
+                path: show(),
+                what,
+                need,
+                limit: self.budget,
+            });
+        }
+        if let EntryKind::File { size, .. } = e.kind {
+            if block_count(size, self.block_size) > u32::MAX as u64 {
+                return Err(ReceiverError::Protocol(format!(
+                    "file of {size} bytes has too many blocks"
+                )));
+            }
+        }
+        if let Some(pool) = &self.pool {
+            if !pool.take(cost) {
+                return Err(ReceiverError::Busy {
+                    path: show(),
+                    need: cost,
+                });
+            }
+        }
+        // Accepted: from here on nothing fails.
+        self.charged = need;
+        self.tree.commit(plan);
+        self.seen_ids.insert(e.id);
+        self.paths.push(e.path.clone());
+        match e.kind {
+            EntryKind::Dir {
+                mode,
+                mtime,
+                mtime_nsec,
+            } => {
+                self.dirs.push((e.path.clone(), mtime, mtime_nsec));
+                self.actions.push_back(Action::MakeDir {
+                    id: e.id,
+                    path: e.path,
+                    mode,
+                });
+            }
+            EntryKind::Symlink => {
+                self.actions.push_back(Action::MakeSymlink {
+                    id: e.id,
+                    path: e.path,
+                    target: e.target,
+                });
+            }
+            EntryKind::File {
+                size,
+                mode,
+                mtime,
+                mtime_nsec,
+            } => {
+                let n = block_count(size, self.block_size) as usize;
+                // Under --checksum the file is judged once its digest (the
+                // next message) is here.
+                if !self.expect_digests || size == 0 {
+                    self.actions.push_back(Action::OpenFile {
+                        id: e.id,
+                        path: e.path.clone(),
+                        size,
+                        mtime,
+                        mtime_nsec,
+                    });
+                }
+                self.files.insert(
+                    e.id,
+                    RecvFile {
+                        path: e.path,
+                        size,
+                        mode,
+                        mtime: (mtime, mtime_nsec),
+                        opened: false,
+                        slots: vec![Slot::Missing; n].into_boxed_slice(),
+                        hashes: vec![[0; 32]; n].into_boxed_slice(),
+                        stored: 0,
+                        digest: None,
+                        released: false,
+                        placed: false,
+                        skipped: false,
+                        source_digest: None,
+                        held: None,
+                    },
+                );
             }
         }
         Ok(())
@@ -562,7 +800,9 @@ impl ReceiverSession {
             .files
             .get_mut(&file)
             .ok_or_else(|| ReceiverError::Protocol("write of unknown file".into()))?;
-        let slot = &mut f.slots[index as usize];
+        let Some(slot) = f.slots.get_mut(index as usize) else {
+            return Err(ReceiverError::Protocol("write past a file's end".into()));
+        };
         if *slot == Slot::Writing {
             *slot = Slot::Stored;
             f.stored += 1;
@@ -582,7 +822,7 @@ impl ReceiverSession {
         // A file of at most one block has no digest to wait for (P-12): its
         // one verified block is the whole file.
         if f.slots.len() > 1 {
-            let Some(digest) = f.digest else {
+            let Some(digest) = f.digest.as_deref().copied() else {
                 return Ok(());
             };
             if FileDigest::of(f.size, f.hashes.iter()) != digest {
@@ -651,7 +891,9 @@ impl ReceiverSession {
 
     /// The sender's digest of `id` under `--checksum` (P-32).
     pub fn source_digest(&self, id: u32) -> Option<[u8; 32]> {
-        self.files.get(&id).and_then(|f| f.source_digest)
+        self.files
+            .get(&id)
+            .and_then(|f| f.source_digest.as_deref().copied())
     }
 
     pub fn path_of(&self, id: u32) -> Option<&[u8]> {
@@ -660,214 +902,4 @@ impl ReceiverSession {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::digest::{block_hash, FileDigest};
-    use wire::Entry;
-
-    fn file(id: u32, path: &str, size: u64) -> Msg {
-        Msg::Entry(Entry {
-            id,
-            path: path.into(),
-            kind: EntryKind::File {
-                size,
-                mode: 0o600,
-                mtime: 0,
-                mtime_nsec: 0,
-            },
-            target: vec![],
-        })
-    }
-
-    fn opened(rx: &mut ReceiverSession) {
-        while let Some(a) = rx.poll_action() {
-            if let Action::OpenFile { id, .. } = a {
-                rx.opened(id).unwrap();
-            }
-        }
-    }
-
-    #[test]
-    fn refuses_escaping_paths_and_repeated_ids() {
-        let mut rx = ReceiverSession::new(16);
-        assert!(matches!(
-            rx.handle(file(1, "../x", 1)),
-            Err(ReceiverError::Path(_))
-        ));
-        rx.handle(file(2, "a", 1)).unwrap();
-        assert!(matches!(
-            rx.handle(file(2, "b", 1)),
-            Err(ReceiverError::Protocol(_))
-        ));
-    }
-
-    #[test]
-    fn checks_bounds_hashes_and_digest() {
-        let mut rx = ReceiverSession::new(4);
-        rx.handle(file(1, "f", 6)).unwrap();
-        opened(&mut rx);
-        let data = b"abcdef";
-        let h0 = block_hash(&data[..4]);
-        let h1 = block_hash(&data[4..]);
-        let hdr = |index: u32, offset: u64, len: u32, hash| BlockHeader {
-            file: 1,
-            index,
-            offset,
-            len,
-            hash,
-            codec: wire::CODEC_NONE,
-            wire_len: len,
-        };
-        // Out of bounds: wrong length, wrong offset, beyond the file.
-        assert!(rx.block_arrived(&hdr(0, 0, 3, h0), &h0).is_err());
-        assert!(rx.block_arrived(&hdr(1, 3, 2, h1), &h1).is_err());
-        assert!(rx.block_arrived(&hdr(2, 8, 0, h1), &h1).is_err());
-        // Bad hash: rejected and nacked.
-        assert_eq!(
-            rx.block_arrived(&hdr(0, 0, 4, h0), &h1).unwrap(),
-            BlockVerdict::Rejected
-        );
-        assert_eq!(rx.poll_control(), Some(Msg::Nack { file: 1, index: 0 }));
-        for (i, h) in [(0, h0), (1, h1)] {
-            let len = if i == 0 { 4 } else { 2 };
-            assert_eq!(
-                rx.block_arrived(&hdr(i, i as u64 * 4, len, h), &h).unwrap(),
-                BlockVerdict::Write
-            );
-            rx.block_written(1, i).unwrap();
-        }
-        // A digest that does not match the verified blocks fails the file.
-        assert!(matches!(
-            rx.handle(Msg::FileEnd {
-                file: 1,
-                digest: [0; 32]
-            }),
-            Err(ReceiverError::Integrity { .. })
-        ));
-        let mut rx2 = ReceiverSession::new(4);
-        rx2.handle(file(1, "f", 6)).unwrap();
-        opened(&mut rx2);
-        for (i, h) in [(0, h0), (1, h1)] {
-            let len = if i == 0 { 4 } else { 2 };
-            rx2.block_arrived(&hdr(i, i as u64 * 4, len, h), &h)
-                .unwrap();
-            rx2.block_written(1, i).unwrap();
-        }
-        rx2.handle(Msg::FileEnd {
-            file: 1,
-            digest: FileDigest::of(6, [&h0, &h1]),
-        })
-        .unwrap();
-        assert!(matches!(
-            rx2.poll_action(),
-            Some(Action::Finalize { id: 1, .. })
-        ));
-        rx2.placed(1);
-        rx2.handle(Msg::ManifestEnd { files: 1, bytes: 6 }).unwrap();
-        assert!(matches!(rx2.poll_action(), Some(Action::Finish { .. })));
-        assert!(!rx2.is_finished(), "Done waits for directory metadata");
-        rx2.complete();
-        assert!(rx2.is_finished());
-    }
-
-    #[test]
-    fn files_of_one_block_or_none_need_no_digest() {
-        let mut rx = ReceiverSession::new(4);
-        rx.handle(file(1, "one", 3)).unwrap();
-        rx.handle(file(2, "empty", 0)).unwrap();
-        let mut finalized = Vec::new();
-        let mut finalized_in = |rx: &mut ReceiverSession| {
-            while let Some(a) = rx.poll_action() {
-                match a {
-                    Action::OpenFile { id, .. } => rx.opened(id).unwrap(),
-                    Action::Finalize { id, .. } => finalized.push(id),
-                    _ => {}
-                }
-            }
-        };
-        finalized_in(&mut rx);
-        let h = block_hash(b"abc");
-        assert!(
-            matches!(
-                rx.handle(Msg::FileEnd {
-                    file: 1,
-                    digest: FileDigest::of(3, [&h])
-                }),
-                Err(ReceiverError::Protocol(_))
-            ),
-            "a one-block file's digest is never sent (P-12)"
-        );
-        let hdr = BlockHeader {
-            file: 1,
-            index: 0,
-            offset: 0,
-            len: 3,
-            hash: h,
-            codec: wire::CODEC_NONE,
-            wire_len: 3,
-        };
-        assert_eq!(rx.block_arrived(&hdr, &h).unwrap(), BlockVerdict::Write);
-        rx.block_written(1, 0).unwrap();
-        finalized_in(&mut rx);
-        finalized.sort();
-        assert_eq!(finalized, [1, 2]);
-    }
-
-    #[test]
-    fn gated_answers_are_batched_and_skips_finish_the_transfer() {
-        let mut rx = ReceiverSession::new(4);
-        rx.gate();
-        rx.announce_cache(vec![([9; 16], 4)]);
-        rx.handle(file(1, "a", 6)).unwrap();
-        rx.handle(file(2, "b", 6)).unwrap();
-        rx.handle(file(3, "c", 6)).unwrap();
-        rx.handle(Msg::ManifestEnd {
-            files: 3,
-            bytes: 18,
-        })
-        .unwrap();
-        rx.ready(1, vec![([1; 16], 6)]);
-        rx.ready(2, vec![]);
-        rx.skip(3).unwrap();
-        assert!(rx.skip(3).is_err(), "skipped twice");
-        let msgs: Vec<Msg> = std::iter::from_fn(|| rx.poll_control()).collect();
-        assert_eq!(
-            msgs,
-            vec![
-                Msg::Chunks {
-                    file: wire::CACHE_FILE,
-                    chunks: vec![([9; 16], 4)]
-                },
-                Msg::Chunks {
-                    file: 1,
-                    chunks: vec![([1; 16], 6)]
-                },
-                Msg::Ready(vec![1, 2]),
-                Msg::Skip(vec![3]),
-            ]
-        );
-        assert_eq!((rx.files_skipped, rx.bytes_skipped), (1, 6));
-
-        // A dry run lists what it would take and finishes at once.
-        let mut dry = ReceiverSession::new(4);
-        dry.gate();
-        dry.dry_run();
-        dry.handle(file(1, "a", 6)).unwrap();
-        dry.handle(Msg::ManifestEnd { files: 1, bytes: 6 }).unwrap();
-        dry.ready(1, vec![]);
-        dry.deleted(vec![b"x".to_vec()]);
-        assert!(
-            std::iter::from_fn(|| dry.poll_action()).any(|a| matches!(a, Action::Finish { .. }))
-        );
-        dry.complete();
-        assert!(dry.is_finished());
-        assert_eq!(dry.files_listed, 1);
-    }
-
-    #[test]
-    fn manifest_totals_must_match() {
-        let mut rx = ReceiverSession::new(4);
-        rx.handle(file(1, "f", 6)).unwrap();
-        assert!(rx.handle(Msg::ManifestEnd { files: 1, bytes: 7 }).is_err());
-    }
-}
+mod tests;

@@ -142,13 +142,18 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
         while let Some(p) = fwd.poll(now) {
             let Some(body) = open(&p) else { continue };
             let (kind, seq) = decode_prefix(body).unwrap();
-            rx.on_seq(now, seq, p.len() + 16 - CHECK);
+            rx.on_seq(now, seq, p.len() + 16 - CHECK).unwrap();
             if kind != KIND_DATA {
                 continue;
             }
             let (h, n) = ChunkHeader::decode(&body[DATAGRAM_PREFIX..]).unwrap();
             let data = &body[DATAGRAM_PREFIX + n..];
-            if let Some(c) = rx.on_chunk(now, now.as_micros() as u64 + 5_000_000, &h, data) {
+            let wanted = |_, i: u32| match done[i as usize] {
+                true => session::Wanted::Already,
+                false => session::Wanted::Yes,
+            };
+            let chunk = rx.on_chunk(now, now.as_micros() as u64 + 5_000_000, &h, data, wanted);
+            if let Some(c) = chunk.unwrap() {
                 assert_eq!(c.hash, hashes[c.index as usize], "seed {seed}");
                 assert_eq!(
                     *blake3::hash(&c.data).as_bytes(),

@@ -18,7 +18,10 @@ mod send;
 
 use std::time::Duration;
 
-pub use receive::{Completed, DatagramReceiver, ReceiverStats};
+pub use receive::{
+    Completed, DatagramError, DatagramReceiver, ReceiverStats, MAX_ASSEMBLIES, MAX_ASSEMBLY_BYTES,
+    MAX_SEQ_AHEAD,
+};
 pub use send::{ChunkTransmit, DatagramSender, SenderStats};
 
 /// How often the receiver reports at most (P-25): see [`report_interval`].

@@ -9,15 +9,58 @@
 //! says what arrived (for the rate controller) and which sequence ranges
 //! are missing, each range repeated in a few reports in case one is lost,
 //! and asks again for blocks that stopped making progress.
+//!
+//! Every datagram that reaches this side opened under the session's key,
+//! so it is the peer's own (P-24); what it claims is still bounded (P-40,
+//! S-6, S-7). A sequence number further ahead than any sender can have in
+//! flight ends the session ([`DatagramError`]), and so does a chunk of a
+//! block the complete manifest does not have. A block gets a buffer only
+//! if its file's receiver still wants it, and the buffers of blocks being
+//! assembled stay within a byte and a count limit: past them a chunk is
+//! dropped like a lost one (the scheduler's endgame sends its block
+//! again), since an honest sender's window keeps it well inside.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use thiserror::Error;
 use wire::datagram::{
     ChunkHeader, FirstChunk, Report, StaleRange, DATA_SEQ_START, MAX_MISSING, MAX_STALE,
 };
 
 use super::{report_interval, REPORT_INTERVAL, REPORT_REPEATS};
+use crate::receiver::Wanted;
+
+/// How far past the highest number seen a datagram's sequence number may
+/// be (S-6): 2^26 datagrams, 98 GB at 1472 bytes. A sender stops at its
+/// in-flight cap, twice its delivery rate over the round trip and two
+/// report intervals: 6 million datagrams at 100 Gbit/s and 300 ms. A jump
+/// is one gap, reported as one range, so the limit is what keeps a gap
+/// from being expanded into billions of ranges, and `highest` from
+/// wrapping.
+pub const MAX_SEQ_AHEAD: u64 = 1 << 26;
+/// The most bytes of blocks being assembled at once, by default (S-7):
+/// 1 GiB, the most the UDP sender holds unacknowledged (its window), so an
+/// honest sender never reaches it.
+pub const MAX_ASSEMBLY_BYTES: u64 = 1 << 30;
+/// The most blocks being assembled at once, by default (S-7): bundles
+/// carry small files, so blocks of a few chunks are few.
+pub const MAX_ASSEMBLIES: usize = 1 << 18;
+/// Bytes an assembly costs besides its buffer, counted against
+/// [`MAX_ASSEMBLY_BYTES`].
+const ASSEMBLY_COST: u64 = 128;
+/// Bytes each range of arrived bytes costs (a B-tree entry), counted too:
+/// a sender that sends a block one byte in two makes a range per chunk.
+const RANGE_COST: u64 = 32;
+
+/// A datagram no honest sender sends: the session ends.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum DatagramError {
+    #[error("the sender numbered a datagram {seq}, {ahead} past the highest number received ({highest}); no sender has more than {MAX_SEQ_AHEAD} in flight")]
+    TooFarAhead { seq: u64, highest: u64, ahead: u64 },
+    #[error("a datagram carries block {index} of file {file}, which the manifest does not have")]
+    NoSuchBlock { file: u32, index: u32 },
+}
 
 /// A block whose bytes have all arrived; its hash is still to be checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +84,8 @@ pub struct ReceiverStats {
     pub reordered: u64,
     /// Chunk bytes that arrived, repeats included.
     pub bytes: u64,
+    /// Chunks dropped because the assembly limits were reached (S-7).
+    pub refused: u64,
 }
 
 struct Missing {
@@ -51,34 +96,42 @@ struct Missing {
 
 struct Assembly {
     buf: Vec<u8>,
-    /// Sorted, disjoint `[start, end)` ranges that have arrived.
-    have: Vec<(u32, u32)>,
+    /// Disjoint, non-touching `[start, end)` ranges that have arrived, by
+    /// start: a chunk costs a logarithm, however many came before it.
+    have: BTreeMap<u32, u32>,
     first: Option<FirstChunk>,
     last: Duration,
 }
 
 impl Assembly {
-    fn insert(&mut self, start: u32, end: u32) {
-        self.have.push((start, end));
-        self.have.sort_unstable();
-        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.have.len());
-        for &(s, e) in &self.have {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
+    /// Adds `[start, end)`; returns by how many the ranges grew (1 at
+    /// most, or fewer: it may join several).
+    fn insert(&mut self, mut start: u32, mut end: u32) -> isize {
+        let before = self.have.len() as isize;
+        if let Some((&s, &e)) = self.have.range(..=start).next_back() {
+            if e >= start {
+                start = s;
+                end = end.max(e);
             }
         }
-        self.have = merged;
+        while let Some((&s, &e)) = self.have.range(start..=end).next() {
+            self.have.remove(&s);
+            end = end.max(e);
+        }
+        self.have.insert(start, end);
+        self.have.len() as isize - before
     }
 
     fn complete(&self) -> bool {
-        self.first.is_some() && self.have == [(0, self.buf.len() as u32)]
+        self.first.is_some()
+            && self.have.len() == 1
+            && self.have.first_key_value() == Some((&0, &(self.buf.len() as u32)))
     }
 
     fn holes(&self) -> Vec<(u32, u32)> {
         let mut out = Vec::new();
         let mut at = 0;
-        for &(s, e) in &self.have {
+        for (&s, &e) in &self.have {
             if s > at {
                 out.push((at, s));
             }
@@ -110,6 +163,10 @@ pub struct DatagramReceiver {
     highest: u64,
     missing: BTreeMap<u64, Missing>,
     assemblies: HashMap<(u32, u32), Assembly>,
+    /// Bytes the assemblies hold, with [`ASSEMBLY_COST`] each, and the limits.
+    assembly_bytes: u64,
+    max_assembly_bytes: u64,
+    max_assemblies: usize,
     completed: HashSet<(u32, u32)>,
     interval: Interval,
     interval_start: Duration,
@@ -125,12 +182,32 @@ impl DatagramReceiver {
             highest: DATA_SEQ_START,
             missing: BTreeMap::new(),
             assemblies: HashMap::new(),
+            assembly_bytes: 0,
+            max_assembly_bytes: MAX_ASSEMBLY_BYTES,
+            max_assemblies: MAX_ASSEMBLIES,
             completed: HashSet::new(),
             interval: Interval::default(),
             interval_start: now,
             stats: ReceiverStats::default(),
             dropped: 0,
         }
+    }
+
+    /// Other limits on the blocks being assembled than [`MAX_ASSEMBLY_BYTES`]
+    /// and [`MAX_ASSEMBLIES`] (S-7).
+    pub fn limit_assemblies(&mut self, bytes: u64, blocks: usize) {
+        self.max_assembly_bytes = bytes;
+        self.max_assemblies = blocks;
+    }
+
+    /// Bytes the blocks being assembled hold, as counted against the limit.
+    pub fn assembly_bytes(&self) -> u64 {
+        self.assembly_bytes
+    }
+
+    /// Gaps waiting to be reported.
+    pub fn gaps(&self) -> usize {
+        self.missing.len()
     }
 
     /// How long a gap waits before it is reported, in case the datagram
@@ -147,8 +224,20 @@ impl DatagramReceiver {
 
     /// An authenticated datagram of `len` bytes (UDP payload) numbered
     /// `seq` arrived. Returns false for a duplicate. The interval's byte
-    /// count is in datagram bytes, the unit the sender paces in.
-    pub fn on_seq(&mut self, now: Duration, seq: u64, len: usize) -> bool {
+    /// count is in datagram bytes, the unit the sender paces in. A number
+    /// more than [`MAX_SEQ_AHEAD`] past the highest is an error (S-6).
+    pub fn on_seq(&mut self, now: Duration, seq: u64, len: usize) -> Result<bool, DatagramError> {
+        if seq >= self.highest {
+            let ahead = seq - self.highest;
+            let next = seq.checked_add(1);
+            if ahead > MAX_SEQ_AHEAD || next.is_none() {
+                return Err(DatagramError::TooFarAhead {
+                    seq,
+                    highest: self.highest,
+                    ahead,
+                });
+            }
+        }
         self.stats.datagrams += 1;
         self.interval.packets += 1;
         self.interval.bytes += len as u64;
@@ -168,16 +257,16 @@ impl DatagramReceiver {
                 self.interval.run = self.interval.run.max(gap.min(u32::MAX as u64) as u32);
             }
             self.highest = seq + 1;
-            return true;
+            return Ok(true);
         }
         // Below the highest: a gap being filled late, or a repeat.
         let Some((&start, m)) = self.missing.range(..=seq).next_back() else {
             self.stats.duplicates += 1;
-            return false;
+            return Ok(false);
         };
         if seq >= m.end {
             self.stats.duplicates += 1;
-            return false;
+            return Ok(false);
         }
         let (end, detected, reported) = (m.end, m.detected, m.reported);
         self.missing.remove(&start);
@@ -201,61 +290,108 @@ impl DatagramReceiver {
                 },
             );
         }
-        self.stats.lost -= 1;
+        self.stats.lost = self.stats.lost.saturating_sub(1);
         self.stats.reordered += 1;
         self.interval.lost = self.interval.lost.saturating_sub(1);
-        true
+        Ok(true)
     }
 
     /// A chunk arrived (after [`DatagramReceiver::on_seq`]); `now_us` is
     /// this side's clock for the one-way delay. Returns the block once all
     /// its bytes are in.
+    ///
+    /// `wanted` says whether the manifest has the block and still lacks
+    /// it (`ReceiverSession::wanted`); it is asked only for a block that
+    /// has no buffer yet, once per block rather than per chunk (S-7).
     pub fn on_chunk(
         &mut self,
         now: Duration,
         now_us: u64,
         h: &ChunkHeader,
         data: &[u8],
-    ) -> Option<Completed> {
-        let owd = now_us as i64 - h.sent_us as i64;
+        wanted: impl FnOnce(u32, u32) -> Wanted,
+    ) -> Result<Option<Completed>, DatagramError> {
+        let owd = (now_us as i64).wrapping_sub(h.sent_us as i64);
         self.interval.min_owd = Some(self.interval.min_owd.map_or(owd, |m| m.min(owd)));
         self.stats.bytes += data.len() as u64;
         let key = (h.file, h.index);
         if self.completed.contains(&key) {
-            return None;
+            return Ok(None);
         }
-        let a = self.assemblies.entry(key).or_insert_with(|| Assembly {
-            buf: vec![0; h.block_len as usize],
-            have: Vec::new(),
-            first: None,
-            last: now,
-        });
         let end = h.offset as usize + data.len();
+        if data.is_empty() || h.block_len == 0 || h.block_len > wire::MAX_BLOCK_SIZE {
+            // Never decoded so (P-24); refused here too, before any buffer.
+            return Ok(None);
+        }
+        if !self.assemblies.contains_key(&key) {
+            match wanted(h.file, h.index) {
+                Wanted::Yes | Wanted::NotYet => {}
+                Wanted::Already => return Ok(None),
+                Wanted::Never => {
+                    return Err(DatagramError::NoSuchBlock {
+                        file: h.file,
+                        index: h.index,
+                    })
+                }
+            }
+            let cost = h.block_len as u64 + ASSEMBLY_COST;
+            if self.assemblies.len() >= self.max_assemblies
+                || self.assembly_bytes + cost > self.max_assembly_bytes
+            {
+                self.stats.refused += 1;
+                return Ok(None);
+            }
+            if end > h.block_len as usize {
+                return Ok(None);
+            }
+            self.assembly_bytes += cost;
+            self.assemblies.insert(
+                key,
+                Assembly {
+                    buf: vec![0; h.block_len as usize],
+                    have: BTreeMap::new(),
+                    first: None,
+                    last: now,
+                },
+            );
+        }
+        let a = self
+            .assemblies
+            .get_mut(&key)
+            .expect("present or just added");
         if a.buf.len() != h.block_len as usize || end > a.buf.len() {
             // The sender's own header contradicts an earlier one: ignore it;
             // the block hash decides in the end.
-            return None;
+            return Ok(None);
+        }
+        if self.assembly_bytes + RANGE_COST > self.max_assembly_bytes {
+            self.stats.refused += 1;
+            return Ok(None);
         }
         a.buf[h.offset as usize..end].copy_from_slice(data);
-        a.insert(h.offset, end as u32);
+        let grew = a.insert(h.offset, end as u32);
+        self.assembly_bytes = self
+            .assembly_bytes
+            .wrapping_add_signed(grew as i64 * RANGE_COST as i64);
         if h.first.is_some() {
             a.first = h.first;
         }
         a.last = now;
         if !a.complete() {
-            return None;
+            return Ok(None);
         }
         let a = self.assemblies.remove(&key).expect("present");
+        self.assembly_bytes -= a.buf.len() as u64 + ASSEMBLY_COST + RANGE_COST;
         self.completed.insert(key);
         let first = a.first.expect("complete blocks have their first chunk");
-        Some(Completed {
+        Ok(Some(Completed {
             file: h.file,
             index: h.index,
             hash: first.hash,
             codec: first.codec,
             len: first.len,
             data: a.buf,
-        })
+        }))
     }
 
     /// The block failed its hash and will be sent again: accept its chunks.
@@ -370,6 +506,10 @@ impl DatagramReceiver {
 mod tests {
     use super::*;
 
+    fn yes(_: u32, _: u32) -> Wanted {
+        Wanted::Yes
+    }
+
     fn header(offset: u32, block_len: u32) -> ChunkHeader {
         ChunkHeader {
             sent_us: 0,
@@ -391,9 +531,9 @@ mod tests {
         let mut r = DatagramReceiver::new(t(100), t(0));
         let s0 = DATA_SEQ_START;
         for s in [0, 1, 5, 6, 3] {
-            assert!(r.on_seq(t(0), s0 + s, 100));
+            assert!(r.on_seq(t(0), s0 + s, 100).unwrap());
         }
-        assert!(!r.on_seq(t(0), s0 + 5, 100));
+        assert!(!r.on_seq(t(0), s0 + 5, 100).unwrap());
         assert_eq!(r.stats.lost, 2);
         assert_eq!(r.stats.reordered, 1);
         // Within the reorder grace nothing is reported yet.
@@ -414,8 +554,14 @@ mod tests {
     fn assembles_out_of_order_and_asks_for_a_stalled_block() {
         let t = Duration::from_millis;
         let mut r = DatagramReceiver::new(t(10), t(0));
-        assert!(r.on_chunk(t(0), 0, &header(100, 300), &[2; 100]).is_none());
-        assert!(r.on_chunk(t(0), 0, &header(200, 300), &[3; 100]).is_none());
+        assert!(r
+            .on_chunk(t(0), 0, &header(100, 300), &[2; 100], yes)
+            .unwrap()
+            .is_none());
+        assert!(r
+            .on_chunk(t(0), 0, &header(200, 300), &[3; 100], yes)
+            .unwrap()
+            .is_none());
         let stale = r.poll_reports(t(1000)).remove(0).stale;
         assert_eq!(
             stale,
@@ -426,15 +572,24 @@ mod tests {
                 len: 100
             }]
         );
-        let done = r.on_chunk(t(0), 0, &header(0, 300), &[1; 100]).unwrap();
+        let done = r
+            .on_chunk(t(0), 0, &header(0, 300), &[1; 100], yes)
+            .unwrap()
+            .unwrap();
         assert_eq!(&done.data[..100], &[1; 100]);
         assert_eq!(&done.data[200..], &[3; 100]);
         assert_eq!(done.hash, [9; 32]);
         // Chunks of a completed block are ignored until it is reopened.
-        assert!(r.on_chunk(t(0), 0, &header(0, 300), &[1; 100]).is_none());
+        assert!(r
+            .on_chunk(t(0), 0, &header(0, 300), &[1; 100], yes)
+            .unwrap()
+            .is_none());
         assert_eq!(r.pending_blocks(), 0);
         r.reopen(1, 2);
-        assert!(r.on_chunk(t(0), 0, &header(0, 300), &[1; 100]).is_none());
+        assert!(r
+            .on_chunk(t(0), 0, &header(0, 300), &[1; 100], yes)
+            .unwrap()
+            .is_none());
         assert_eq!(r.pending_blocks(), 1);
     }
 
@@ -443,7 +598,7 @@ mod tests {
         let t = Duration::from_millis;
         let mut r = DatagramReceiver::new(t(10), t(0));
         for s in 0..200u64 {
-            r.on_seq(t(0), DATA_SEQ_START + s * 2, 100);
+            r.on_seq(t(0), DATA_SEQ_START + s * 2, 100).unwrap();
         }
         let reps = r.poll_reports(t(50));
         assert_eq!(reps.iter().map(|r| r.missing.len()).sum::<usize>(), 199);

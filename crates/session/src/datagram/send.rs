@@ -405,7 +405,8 @@ impl DatagramSender {
     fn gather_feedback(&mut self, now: Duration, r: &Report) {
         let g = &mut self.gather;
         g.interval += Duration::from_micros(r.interval_us as u64);
-        g.bytes += r.bytes;
+        // A report's figures are the peer's: summed without overflow.
+        g.bytes = g.bytes.saturating_add(r.bytes);
         g.packets += r.packets as u64;
         g.lost += r.lost as u64;
         g.run = g.run.max(r.longest_run as u64);
@@ -427,7 +428,7 @@ impl DatagramSender {
         };
         // One-way delays compare only with each other (the clocks differ):
         // measure from an origin a second below the first sample.
-        let origin = *self.owd_origin.get_or_insert(owd - 1_000_000);
+        let origin = *self.owd_origin.get_or_insert(owd.saturating_sub(1_000_000));
         // The interval's datagrams left about a round trip before its
         // end; if the queue ran dry since then, they were all there was.
         let app_limited = self
@@ -440,7 +441,7 @@ impl DatagramSender {
             packets: g.packets,
             lost: g.lost,
             longest_loss_run: g.run,
-            min_one_way: Duration::from_micros((owd - origin).max(0) as u64),
+            min_one_way: Duration::from_micros(owd.saturating_sub(origin).max(0) as u64),
         };
         self.controller.on_feedback(now, &fb);
     }
