@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
@@ -32,8 +32,10 @@ pub struct ReceiveOptions {
     /// The request's dedup, update, checksum, delete and dry-run bits
     /// (P-31, P-32); `gated` is decided by [`ReceiveOptions::gated`].
     pub sync: wire::SyncOptions,
-    /// The basis of the one file sent, instead of its old version.
-    pub basis: Option<PathBuf>,
+    /// The basis of the one file sent, instead of its old version: its
+    /// path (for messages) and the file, opened when the request was
+    /// accepted (a server opens it beneath its root, P-38).
+    pub basis: Option<(PathBuf, Arc<File>)>,
     /// The receiver's chunk cache (`--cache`): announced to the sender,
     /// and fed every file received.
     pub cache: Option<Arc<ChunkCache>>,
@@ -96,9 +98,8 @@ fn chunk_ids(file: &File) -> std::io::Result<Vec<ChunkId>> {
         .collect())
 }
 
-/// The whole-file digest of `path` as a sender would compute it.
-fn file_digest(path: &Path, size: u64, block_size: u32) -> std::io::Result<[u8; 32]> {
-    let f = File::open(path)?;
+/// The whole-file digest of `f` as a sender would compute it.
+fn file_digest(f: &File, size: u64, block_size: u32) -> std::io::Result<[u8; 32]> {
     let mut buf = vec![0u8; block_size as usize];
     let mut hashes = Vec::new();
     let mut off = 0u64;
@@ -128,14 +129,15 @@ impl Receiving<'_, '_> {
     }
 
     fn answer(&self, q: Question) -> Result<(), TransferError> {
+        // The file in place, opened without following a link (P-38): a
+        // link there is neither read nor told about.
         let existing = self
             .sink
-            .final_path(&q.path)?
-            .and_then(|p| std::fs::metadata(&p).ok().map(|m| (p, m)))
-            .filter(|(_, m)| m.is_file());
+            .open_placed(&q.path)?
+            .and_then(|f| f.metadata().ok().map(|m| (f, m)));
         if self.opts.sync.update && q.size > 0 {
-            if let Some((path, meta)) = &existing {
-                if meta.len() == q.size && self.up_to_date(q.id, path, meta, &q)? {
+            if let Some((file, meta)) = &existing {
+                if meta.len() == q.size && self.up_to_date(q.id, file, meta, &q)? {
                     let mut st = self.sh.lock();
                     st.skip(q.id)?;
                     Progress::add(&self.sh.progress.skipped_files, 1);
@@ -168,14 +170,16 @@ impl Receiving<'_, '_> {
             (None, true) => self.sink.partial_of(&q.path)?,
             _ => None,
         };
-        let basis_path = match &self.opts.basis {
-            Some(b) => Some(b.clone()),
-            None if self.opts.sync.dedup => partial.clone().or(existing.map(|(p, _)| p)),
-            None => None,
+        // The basis is open before the new file replaces it; the open file
+        // stays readable whatever happens to its name.
+        let shown = self.sink.final_path(&q.path)?.unwrap_or_default();
+        let resuming = partial.is_some();
+        let basis = match (&self.opts.basis, partial) {
+            (Some((p, f)), _) => Some((p.clone(), f.clone())),
+            (None, Some(f)) => Some((store::partial::resumable_path(&shown), Arc::new(f))),
+            (None, None) if self.opts.sync.dedup => existing.map(|(f, _)| (shown, Arc::new(f))),
+            (None, None) => None,
         };
-        // The basis is opened before the new file replaces it; the open
-        // file stays readable whatever happens to its name.
-        let basis = basis_path.and_then(|p| File::open(&p).ok().map(|f| (p, f)));
         let stamp = store::Stamp {
             block_size: self.block_size,
             size: q.size,
@@ -185,7 +189,7 @@ impl Receiving<'_, '_> {
         self.sink.open_file(q.id, &q.path, &stamp)?;
         // A partial whose journal is of this very source resumes block by
         // block; otherwise it is a basis like any other (P-35).
-        let held = match partial.is_some() {
+        let held = match resuming {
             true => self.sink.held_blocks(q.id).unwrap_or_else(|e| {
                 tracing::warn!("resuming by content instead: {e}");
                 Vec::new()
@@ -211,7 +215,7 @@ impl Receiving<'_, '_> {
                     .open
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(q.id, Arc::new(f));
+                    .insert(q.id, f);
                 ids
             }
             None => Vec::new(),
@@ -233,7 +237,7 @@ impl Receiving<'_, '_> {
     fn up_to_date(
         &self,
         id: u32,
-        path: &Path,
+        file: &File,
         meta: &std::fs::Metadata,
         q: &Question,
     ) -> Result<bool, TransferError> {
@@ -241,8 +245,15 @@ impl Receiving<'_, '_> {
             let Some(want) = self.sh.lock().source_digest(id) else {
                 return Ok(false);
             };
-            let have = file_digest(path, q.size, self.block_size)
-                .map_err(|e| TransferError::from(StoreError::io("read", path, &e)))?;
+            let have = file_digest(file, q.size, self.block_size).map_err(|e| {
+                let p = self
+                    .sink
+                    .final_path(&q.path)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                TransferError::from(StoreError::io("read", &p, &e))
+            })?;
             return Ok(have == want);
         }
         let (secs, nsec) = (meta.mtime(), meta.mtime_nsec() as u32);
@@ -393,8 +404,8 @@ pub(crate) fn delete_extraneous(
     let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|(p, ..)| p.clone()).collect();
     let found = rx.sink.extraneous(&dir_paths, &keep, rx.opts.contents)?;
     if !rx.opts.sync.dry_run {
-        let paths: Vec<PathBuf> = found.iter().map(|(p, _)| p.clone()).collect();
-        rx.sink.remove(&paths)?;
+        let places: Vec<Vec<u8>> = found.iter().map(|(p, _)| p.clone()).collect();
+        rx.sink.remove(&places)?;
     }
     let rels: Vec<Vec<u8>> = found.into_iter().map(|(_, r)| r).collect();
     rx.sh
@@ -428,7 +439,8 @@ pub(crate) fn gate_sender(
             .filter(|(_, size)| *size > 0)
         {
             let path = sources.path(id).cloned().unwrap_or_default();
-            let digest = file_digest(&path, size, block_size)
+            let digest = File::open(&path)
+                .and_then(|f| file_digest(&f, size, block_size))
                 .map_err(|e| TransferError::from(StoreError::io("read", &path, &e)))?;
             session.add_digest(id, digest);
         }
@@ -456,9 +468,22 @@ pub(crate) fn gate_receiver(session: &mut session::ReceiverSession, opts: &Recei
 impl Receiving<'_, '_> {
     /// Feeds each placed file to the chunk cache, until the transfer ends
     /// and every file placed is in; then saves the cache's index.
-    pub(crate) fn cacher(&self, cache: &ChunkCache, placed: mpsc::Receiver<PathBuf>) {
-        let add = |p: PathBuf| {
-            if let Err(e) = cache.insert_file(&p) {
+    /// Each is named by its manifest path and opened through the sink,
+    /// never by a path name that a link could have taken over (P-38).
+    pub(crate) fn cacher(&self, cache: &ChunkCache, placed: mpsc::Receiver<Vec<u8>>) {
+        let add = |rel: Vec<u8>| {
+            let p = self
+                .sink
+                .final_path(&rel)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let r = match self.sink.open_placed(&rel) {
+                Ok(Some(f)) => cache.insert_open(&f).map(|_| ()),
+                Ok(None) => Err(std::io::Error::other("it is no longer a regular file")),
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            };
+            if let Err(e) = r {
                 tracing::warn!("could not add {} to the chunk cache: {e}", p.display());
             }
             self.caching

@@ -1,14 +1,27 @@
 //! A served root: every path a client names is taken relative to it, and
 //! anything that would lead outside it, by `..` or through a symlink, is
-//! refused (P-16).
+//! refused (P-16). What is opened in it is opened through the root's own
+//! descriptor with `openat2(RESOLVE_BENEATH)`, so that a link swapped in
+//! after a path was checked still cannot lead out (P-38); where the kernel
+//! lacks `openat2`, the path is walked one component at a time without
+//! following any link.
 
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use crate::beneath::{self, Beneath};
 use crate::error::{StoreError, StoreErrorKind};
 
 #[derive(Debug, Clone)]
 pub struct Root {
     canon: PathBuf,
+    fd: Arc<OwnedFd>,
 }
 
 impl Root {
@@ -22,7 +35,135 @@ impl Root {
                 format!("served root {} is not a directory", dir.display()),
             ));
         }
-        Ok(Root { canon })
+        let fd =
+            beneath::open_dir(&canon).map_err(|e| StoreError::io("open served root", dir, &e))?;
+        Ok(Root {
+            canon,
+            fd: Arc::new(fd),
+        })
+    }
+
+    /// `path` relative to the root; refused if it is not inside. A path
+    /// the user named through a link (`~/data -> /srv/data`) is taken by
+    /// its real place; what is then opened there is opened beneath the
+    /// root whatever the path said.
+    fn relative(&self, path: &Path) -> Result<PathBuf, StoreError> {
+        let outside = || {
+            StoreError::new(
+                StoreErrorKind::OutsideRoot,
+                format!("{} is outside {}", path.display(), self.canon.display()),
+            )
+        };
+        if let Ok(rel) = path.strip_prefix(&self.canon) {
+            return Ok(rel.to_path_buf());
+        }
+        let real = match (path.canonicalize(), path.parent(), path.file_name()) {
+            (Ok(real), ..) => real,
+            (Err(_), Some(parent), Some(name)) => Some(parent)
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .canonicalize()
+                .map_err(|e| StoreError::io("find", parent, &e))?
+                .join(name),
+            _ => return Err(outside()),
+        };
+        real.strip_prefix(&self.canon)
+            .map(Path::to_path_buf)
+            .map_err(|_| outside())
+    }
+
+    /// Opens `rel` beneath the root: links that stay inside it are
+    /// followed, none that leads out (P-38).
+    fn open_beneath(&self, path: &Path, flags: OFlags) -> Result<OwnedFd, StoreError> {
+        let rel = self.relative(path)?;
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel.as_path()
+        };
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let flags = flags | OFlags::CLOEXEC;
+        let r = match rustix::fs::openat2(&*self.fd, rel, flags, Mode::empty(), how) {
+            Err(rustix::io::Errno::NOSYS) => self.walk(rel, flags),
+            r => r.map_err(io::Error::from),
+        };
+        r.map_err(|e| match e.raw_os_error() {
+            Some(libc::EXDEV) | Some(libc::ELOOP) => StoreError::new(
+                StoreErrorKind::OutsideRoot,
+                format!(
+                    "{} leads outside {} (through a symlink)",
+                    path.display(),
+                    self.canon.display()
+                ),
+            ),
+            _ => StoreError::io("open", path, &e),
+        })
+    }
+
+    /// Without `openat2`: every component opened in turn, no link
+    /// followed.
+    fn walk(&self, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+        let parts: Vec<_> = rel
+            .components()
+            .filter(|c| !matches!(c, Component::CurDir))
+            .collect();
+        let tree = Beneath::new(rustix::io::dup(&*self.fd)?, self.canon.clone());
+        let Some((last, dirs)) = parts.split_last() else {
+            return Ok(rustix::io::dup(&*self.fd)?);
+        };
+        let dir_rel: Vec<u8> = dirs
+            .iter()
+            .map(|c| c.as_os_str().as_bytes())
+            .collect::<Vec<_>>()
+            .join(&b'/');
+        let dir = tree
+            .dir(&dir_rel)
+            .map_err(|_| io::Error::from_raw_os_error(libc::ELOOP))?;
+        Ok(rustix::fs::openat(
+            &*dir,
+            last.as_os_str(),
+            flags | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?)
+    }
+
+    /// Opens the directory at `path` (inside the root) as a descriptor to
+    /// work beneath.
+    pub fn open_dir(&self, path: &Path) -> Result<OwnedFd, StoreError> {
+        self.open_beneath(path, OFlags::RDONLY | OFlags::DIRECTORY)
+    }
+
+    /// Opens the file at `path` (inside the root) for reading; a served
+    /// `--basis`, say.
+    pub fn open_file(&self, path: &Path) -> Result<File, StoreError> {
+        let f = File::from(self.open_beneath(path, OFlags::RDONLY | OFlags::NONBLOCK)?);
+        let m = f.metadata().map_err(|e| StoreError::io("stat", path, &e))?;
+        if !m.is_file() {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
+        Ok(f)
+    }
+
+    /// Makes the directory `path` (inside the root); its parent must be
+    /// there.
+    pub fn make_dir(&self, path: &Path) -> Result<(), StoreError> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("cannot create directory {}", path.display()),
+            ));
+        };
+        let parent = Some(parent)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let dir = self.open_dir(parent)?;
+        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(e) => Err(StoreError::io("create directory", path, &e.into())),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -104,6 +245,17 @@ mod tests {
             .starts_with(root.path()));
         assert!(root.resolve("sub/../x").is_ok());
         assert!(root.resolve("inside/x").is_ok());
+        std::os::unix::fs::symlink("sub", root_dir.join("good")).unwrap();
+        assert!(root.open_dir(&root.resolve("good").unwrap()).is_ok());
+        assert!(root.open_dir(&root.resolve("inside").unwrap()).is_err());
+        assert_eq!(
+            root.open_dir(&root_dir.join("sub/out")).unwrap_err().kind,
+            StoreErrorKind::OutsideRoot
+        );
+        assert_eq!(
+            root.open_dir(outer.path()).unwrap_err().kind,
+            StoreErrorKind::OutsideRoot
+        );
         for bad in [
             "..",
             "../x",

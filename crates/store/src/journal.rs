@@ -13,10 +13,14 @@
 //! never what is true.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{AtFlags, OFlags};
+
+use crate::beneath::Beneath;
 
 use thiserror::Error;
 
@@ -117,20 +121,34 @@ pub fn decode(b: &[u8]) -> Result<(Stamp, Listed), JournalError> {
 /// between records, so a receiver of many files needs none for them (one
 /// `open` per block written costs microseconds against a block's
 /// milliseconds).
-pub struct Journal {
-    path: PathBuf,
+/// The journal `name` in a directory, reached without following a link
+/// (P-38): opened, appended to and removed through the directory's
+/// descriptor, so a link planted under the journal's name is never
+/// written through.
+pub struct Journal<'a> {
+    pub dir: &'a OwnedFd,
+    pub name: &'a OsStr,
 }
 
-impl Journal {
-    /// Opens the journal at `path` for a partial of `stamp`. With `keep`
-    /// (the partial held data from an earlier transfer), a journal written
-    /// for the same stamp is kept and what it lists returned; anything
-    /// else (missing, unreadable, another stamp) is started afresh.
-    pub fn open(path: &Path, stamp: &Stamp, keep: bool) -> io::Result<(Journal, Listed)> {
+impl Journal<'_> {
+    fn open_with(&self, flags: OFlags) -> io::Result<File> {
+        Beneath::open_in(self.dir, self.name, flags, 0o600)
+    }
+
+    /// Opens the journal for a partial of `stamp`. With `keep` (the
+    /// partial held data from an earlier transfer), a journal written for
+    /// the same stamp is kept and what it lists returned; anything else
+    /// (missing, unreadable, another stamp) is started afresh.
+    pub fn open(&self, stamp: &Stamp, keep: bool) -> io::Result<Listed> {
         if keep {
-            if let Ok(mut f) = OpenOptions::new().read(true).append(true).open(path) {
+            if let Ok(mut f) = self.open_with(OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK) {
+                let regular = f.metadata()?.is_file();
                 let mut b = Vec::new();
-                f.read_to_end(&mut b)?;
+                // Bounded: a journal lists each block at most a few times.
+                let limit = HEADER_LEN as u64 + 4 * RECORD_LEN as u64 * stamp.blocks();
+                if regular && f.metadata()?.len() <= limit {
+                    f.read_to_end(&mut b)?;
+                }
                 if let Ok((s, listed)) = decode(&b) {
                     if s == *stamp {
                         // A torn record at the end is cut, so the next
@@ -139,27 +157,33 @@ impl Journal {
                         if whole != b.len() {
                             f.set_len(whole as u64)?;
                         }
-                        return Ok((Journal { path: path.into() }, listed));
+                        return Ok(listed);
                     }
                 }
             }
         }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)?;
+        // Whatever else is under the name goes (a link is removed, never
+        // followed), and the journal starts afresh.
+        match rustix::fs::unlinkat(self.dir, self.name, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut f = self.open_with(OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL)?;
         f.write_all(&encode_header(stamp))?;
-        Ok((Journal { path: path.into() }, Vec::new()))
+        Ok(Vec::new())
     }
 
     /// Records that block `index`, hashing to `hash`, was written. One
     /// `write` of 36 bytes in append mode: records from several threads
     /// do not interleave.
     pub fn record(&self, index: u32, hash: &[u8; 32]) -> io::Result<()> {
-        let mut f = OpenOptions::new().append(true).open(&self.path)?;
+        let mut f = self.open_with(OFlags::WRONLY | OFlags::APPEND)?;
         f.write_all(&encode_record(index, hash))
+    }
+
+    /// Removes the journal (its file is placed, or given up).
+    pub fn remove(&self) {
+        let _ = rustix::fs::unlinkat(self.dir, self.name, AtFlags::empty());
     }
 }
 
@@ -181,30 +205,41 @@ mod tests {
     fn a_journal_keeps_its_records_for_the_same_stamp_only() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join(".x.haul.journal");
-        let (j, listed) = Journal::open(&p, &stamp(), true).unwrap();
+        let dir = crate::beneath::open_dir(d.path()).unwrap();
+        let j = Journal {
+            dir: &dir,
+            name: OsStr::new(".x.haul.journal"),
+        };
+        let listed = j.open(&stamp(), true).unwrap();
         assert!(listed.is_empty());
         j.record(3, &[3; 32]).unwrap();
         j.record(1, &[1; 32]).unwrap();
         j.record(3, &[9; 32]).unwrap();
-        drop(j);
         // A torn record, as a kill mid-write would leave.
-        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(&[4, 0, 0]).unwrap();
         drop(f);
-        let (j, listed) = Journal::open(&p, &stamp(), true).unwrap();
+        let listed = j.open(&stamp(), true).unwrap();
         assert_eq!(listed, vec![(1, [1; 32]), (3, [9; 32])]);
         j.record(4, &[4; 32]).unwrap();
-        drop(j);
         let (_, listed) = decode(&std::fs::read(&p).unwrap()).unwrap();
         assert_eq!(listed.len(), 3, "the torn record was cut: {listed:?}");
         let other = Stamp {
             mtime: 1,
             ..stamp()
         };
-        let (_, listed) = Journal::open(&p, &other, true).unwrap();
+        let listed = j.open(&other, true).unwrap();
         assert!(listed.is_empty(), "another version of the source");
-        let (_, listed) = Journal::open(&p, &other, false).unwrap();
+        let listed = j.open(&other, false).unwrap();
         assert!(listed.is_empty(), "a fresh partial");
+        // A link under the journal's name is removed, never written through.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"secret").unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        assert!(j.open(&stamp(), true).unwrap().is_empty());
+        assert!(!std::fs::symlink_metadata(&p).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"secret");
     }
 
     #[test]

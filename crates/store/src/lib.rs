@@ -2,6 +2,8 @@
 //!
 //! - [`walk`]: turn command-line sources into manifest entries.
 //! - [`cache`]: the receiver's persistent chunk cache (`--cache DIR`).
+//! - [`beneath`]: every change at a destination, made through directory
+//!   descriptors without following a link.
 //! - [`confine`]: map a peer's path into a served root and refuse escapes.
 //! - [`source`]: read a block of a source file at its offset.
 //! - [`partial`]: the files an interrupted transfer leaves, found again
@@ -13,6 +15,7 @@
 //!   destination, write blocks in place, and rename a file into place only
 //!   after it is verified and synced.
 
+pub mod beneath;
 pub mod cache;
 pub mod confine;
 pub mod error;

@@ -2,11 +2,16 @@
 //! or not, the descriptor kept while few enough are open, and the journal
 //! of the blocks written to it.
 
-use std::fs::{File, OpenOptions};
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rustix::fs::OFlags;
+
+use crate::beneath::Beneath;
 use crate::error::StoreError;
 use crate::journal::{Journal, Stamp};
 use crate::partial;
@@ -25,7 +30,15 @@ pub struct OutFile {
     pub(crate) handle: Mutex<Handle>,
     pub(crate) size: u64,
     pub(crate) open: Arc<AtomicUsize>,
-    pub(crate) temp: PathBuf,
+    /// Where it is received, never reached through a link (P-38): the
+    /// tree, the directory beneath its anchor, the temporary and final
+    /// names in it. The directory is walked again when needed rather than
+    /// held open, so a manifest of many directories holds no descriptors.
+    pub(crate) tree: Arc<Beneath>,
+    pub(crate) dir: Vec<u8>,
+    pub(crate) temp: OsString,
+    pub(crate) name: OsString,
+    /// The final path, for messages.
     pub(crate) final_path: PathBuf,
     /// The temporary name is the resumable one (P-35).
     pub(crate) resumable: bool,
@@ -34,9 +47,9 @@ pub struct OutFile {
     pub(crate) holds_data: AtomicBool,
     /// What the file is a copy of, for its journal (P-35).
     pub(crate) stamp: Stamp,
-    /// The resumable file's journal, once the file is open; `None` where
-    /// there is none or writing it failed.
-    pub(crate) journal: Mutex<Option<Journal>>,
+    /// The resumable file has a journal, once the file is open; `false`
+    /// where there is none or writing it failed.
+    pub(crate) journal: Mutex<bool>,
     /// The blocks an earlier transfer's journal listed, until taken.
     pub(crate) listed: Mutex<Vec<(u32, [u8; 32])>>,
     /// A journal may lie beside the partial (this transfer opened one, or
@@ -50,6 +63,27 @@ pub(crate) struct Handle {
 }
 
 impl OutFile {
+    /// The directory it is received in.
+    pub(crate) fn dir(&self) -> Result<Arc<OwnedFd>, StoreError> {
+        self.tree.dir(&self.dir)
+    }
+
+    /// The journal beside its partial.
+    pub(crate) fn with_journal<T>(&self, f: impl FnOnce(&Journal) -> T) -> Result<T, StoreError> {
+        let dir = self.dir()?;
+        let name = partial::journal_name(&self.name);
+        Ok(f(&Journal {
+            dir: &dir,
+            name: &name,
+        }))
+    }
+
+    /// Opens the temporary file again with `flags` (it exists).
+    pub(crate) fn reopen(&self, flags: OFlags) -> Result<File, StoreError> {
+        Beneath::open_in(&*self.dir()?, &self.temp, flags, 0)
+            .map_err(|e| StoreError::io("open", &self.final_path.with_file_name(&self.temp), &e))
+    }
+
     /// The temporary file's descriptor: the one kept, or a fresh one
     /// (kept if few enough are), creating the file on first use.
     pub(crate) fn handle(&self) -> Result<Arc<File>, StoreError> {
@@ -58,12 +92,10 @@ impl OutFile {
             return Ok(f.clone());
         }
         let f = if h.created {
-            OpenOptions::new()
-                .write(true)
-                .open(&self.temp)
-                .map_err(|e| StoreError::io("open", &self.temp, &e))?
+            self.reopen(OFlags::WRONLY)?
         } else if self.resumable {
-            let (f, had) = open_resumable(&self.temp, &self.final_path, self.size)?;
+            let dir = self.dir()?;
+            let (f, had) = open_resumable(&dir, &self.temp, &self.final_path, self.size)?;
             if had {
                 self.holds_data.store(true, Ordering::Release);
             }
@@ -76,18 +108,24 @@ impl OutFile {
                 self.journaled.store(true, Ordering::Release);
             }
             if self.stamp.blocks() > 1 {
-                let path = partial::journal_name(&self.final_path);
-                match Journal::open(&path, &self.stamp, had) {
-                    Ok((j, listed)) => {
-                        *self.journal.lock().expect("journal") = Some(j);
+                let name = partial::journal_name(&self.name);
+                let j = Journal {
+                    dir: &dir,
+                    name: &name,
+                };
+                match j.open(&self.stamp, had) {
+                    Ok(listed) => {
+                        *self.journal.lock().expect("journal") = true;
                         *self.listed.lock().expect("listed blocks") = listed;
                     }
-                    Err(e) => tracing::warn!("no resume journal for {}: {e}", path.display()),
+                    Err(e) => {
+                        tracing::warn!("no resume journal for {}: {e}", self.final_path.display())
+                    }
                 }
             }
             f
         } else {
-            let f = create_temp(&self.temp, &self.final_path, self.size)?;
+            let f = create_temp(&*self.dir()?, &self.temp, &self.final_path, self.size)?;
             h.created = true;
             f
         };

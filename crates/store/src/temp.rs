@@ -2,25 +2,41 @@
 //! an earlier transfer left opened again (P-35), with room reserved for
 //! the file's size either way (P-17).
 
-use std::fs::{self, File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use rustix::fs::{AtFlags, OFlags};
+
+use crate::beneath::Beneath;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::partial;
 
-/// Creates the temporary file, space reserved for `size` bytes.
-pub(crate) fn create_temp(temp: &Path, final_path: &Path, size: u64) -> Result<File, StoreError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(temp)
-        .map_err(|e| StoreError::io("create", temp, &e))?;
+fn unlink(dir: &OwnedFd, name: &OsStr) {
+    let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+}
+
+/// Creates the temporary file `temp` in `dir` (never through a link:
+/// it must be new), space reserved for `size` bytes. `final_path` is for
+/// messages.
+pub(crate) fn create_temp(
+    dir: &OwnedFd,
+    temp: &OsStr,
+    final_path: &Path,
+    size: u64,
+) -> Result<File, StoreError> {
+    let file = Beneath::open_in(
+        dir,
+        temp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+        0o600,
+    )
+    .map_err(|e| StoreError::io("create", &final_path.with_file_name(temp), &e))?;
     if size > 0 {
         if let Err(e) = reserve(&file, size) {
-            let _ = fs::remove_file(temp);
+            unlink(dir, temp);
             return Err(StoreError::io("reserve space for", final_path, &e));
         }
     }
@@ -61,11 +77,12 @@ fn reserve(file: &File, size: u64) -> std::io::Result<()> {
 /// left there stays, cut or extended to `size` and reserved like a new
 /// file. Says whether it held anything.
 pub(crate) fn open_resumable(
-    temp: &Path,
+    dir: &OwnedFd,
+    temp: &OsStr,
     final_path: &Path,
     size: u64,
 ) -> Result<(File, bool), StoreError> {
-    let (file, existed) = partial::open_locked(temp).map_err(|e| {
+    let (file, existed) = partial::open_locked(dir, temp).map_err(|e| {
         if e.kind() == std::io::ErrorKind::WouldBlock {
             StoreError::new(
                 StoreErrorKind::Other,
@@ -75,18 +92,18 @@ pub(crate) fn open_resumable(
                 ),
             )
         } else {
-            StoreError::io("create", temp, &e)
+            StoreError::io("create", &final_path.with_file_name(temp), &e)
         }
     })?;
     let had = existed && file.metadata().is_ok_and(|m| m.len() > 0);
     if had {
         file.set_len(size)
-            .map_err(|e| StoreError::io("resize", temp, &e))?;
+            .map_err(|e| StoreError::io("resize", &final_path.with_file_name(temp), &e))?;
     }
     if size > 0 {
         if let Err(e) = reserve(&file, size) {
             if !had {
-                let _ = fs::remove_file(temp);
+                unlink(dir, temp);
             }
             return Err(StoreError::io("reserve space for", final_path, &e));
         }

@@ -180,13 +180,25 @@ impl Connected {
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
+        let basis = match &self.cfg.basis {
+            Some(b) => {
+                let p = std::path::PathBuf::from(b);
+                let f = std::fs::File::open(&p).map_err(|e| {
+                    TransferError::from(store::StoreError::io("open the basis", &p, &e))
+                })?;
+                Some((p, std::sync::Arc::new(f)))
+            }
+            None => None,
+        };
         let opts = crate::dedup::ReceiveOptions {
             sync: self.cfg.sync,
-            basis: self.cfg.basis.as_ref().map(Into::into),
+            basis,
             cache: self.cfg.cache.clone(),
             contents,
         };
         let gated = opts.gated(sink.destination_exists());
+        // Only what was asked for may arrive (S-5).
+        let asked = session::Asked::new(&sources, recursive);
         let mut req = Request {
             recursive,
             contents,
@@ -194,7 +206,7 @@ impl Connected {
         };
         req.sync.gated = gated;
         let (plan, _) = self.request(req)?;
-        self.receive(plan, sink, &opts, gated, window)
+        self.receive(plan, sink, &opts, gated, window, Some(asked))
     }
 
     /// Runs the receiving side of an accepted request.
@@ -205,6 +217,7 @@ impl Connected {
         opts: &crate::dedup::ReceiveOptions,
         gated: bool,
         window: u64,
+        asked: Option<session::Asked>,
     ) -> Result<Report, TransferError> {
         let (path, streams) = match plan {
             DataPlan::Tcp(conns) => {
@@ -219,6 +232,9 @@ impl Connected {
         let (block_size, progress, tail) =
             (self.cfg.block_size, self.progress.clone(), self.tail());
         let mut session = ReceiverSession::new(block_size);
+        if let Some(asked) = asked {
+            session.expect(asked);
+        }
         if gated {
             crate::dedup::gate_receiver(&mut session, opts);
         }
@@ -269,7 +285,7 @@ impl Connected {
                 }
                 (verified, read)
             });
-            let report = self.receive(plan, &sink, &opts, false, window);
+            let report = self.receive(plan, &sink, &opts, false, window, None);
             done.store(true, std::sync::atomic::Ordering::Release);
             (report, sampler.join().unwrap_or_default())
         });
