@@ -32,11 +32,13 @@ pub struct Known {
 }
 
 impl Known {
-    /// The next chunks of the basis, in order.
+    /// The next chunks of the basis, in order. The lengths are the
+    /// receiver's word: offsets saturate rather than wrap (a copy past
+    /// the basis's end fails at the receiver and is sent again whole).
     pub fn add_basis(&mut self, chunks: &[([u8; 16], u32)]) {
         for &(hash, len) in chunks {
             self.basis.entry(hash).or_insert((self.basis_end, len));
-            self.basis_end += len as u64;
+            self.basis_end = self.basis_end.saturating_add(len as u64);
         }
     }
 
@@ -129,7 +131,7 @@ impl Plan {
         if let Some(last) = self.spans.last_mut() {
             let joins = match (last.from, s.from) {
                 (From::Literal, From::Literal) => true,
-                (From::Basis(a), From::Basis(b)) => a + last.len == b,
+                (From::Basis(a), From::Basis(b)) => a.checked_add(last.len) == Some(b),
                 _ => false,
             };
             if joins && last.at + last.len == s.at {
@@ -169,7 +171,7 @@ impl Plan {
                     }
                 }
                 From::Basis(b) => Part::Basis {
-                    from: b + skip,
+                    from: b.saturating_add(skip),
                     len: n,
                 },
                 From::Cache(hash) => Part::Cache {

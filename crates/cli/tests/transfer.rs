@@ -1029,6 +1029,59 @@ fn the_chunk_cache_serves_chunks_seen_in_earlier_transfers() {
     assert!(err.contains("serve --cache"), "{err}");
 }
 
+/// A daemon's cache is kept per client key (issue 23): a receiver
+/// announces its cache's chunks to the sender, so a cache shared by every
+/// client would tell each the hashes of the others' files. Another key
+/// pushing the same bytes gets no copies; the first key still does.
+#[test]
+fn a_daemons_chunk_cache_is_kept_per_client_key() {
+    let env = Env::new();
+    let cache = env.dir.path().join("server-cache");
+    let server = env.serve_with(&["--cache", cache.to_str().unwrap()]);
+    let data = random_bytes(6 << 20, 61);
+    let src = env.local.join("secret.tar");
+    write_file(&src, &data);
+    json_of(&env.cp(&["--json", src.to_str().unwrap(), &env.remote(&server, "a1")]));
+
+    // A second client, with its own key, authorized on the server.
+    let other = env.dir.path().join("other-home");
+    fs::create_dir_all(&other).unwrap();
+    let key = std::process::Command::new(HAUL)
+        .args(["keygen", "-f"])
+        .arg(other.join("id_x25519"))
+        .output()
+        .unwrap();
+    let mut keys = fs::read(env.server_home.join("authorized_keys")).unwrap();
+    keys.extend_from_slice(&key.stdout);
+    fs::write(env.server_home.join("authorized_keys"), keys).unwrap();
+    let as_other = |args: &[&str]| {
+        let mut c = std::process::Command::new(HAUL);
+        c.arg("cp")
+            .args(args)
+            .env("HAUL_HOME", &other)
+            .stdin(std::process::Stdio::null());
+        json_of(&output_within(c, CP_LIMIT))
+    };
+    let theirs = as_other(&[
+        "--json",
+        "--compress",
+        "none",
+        src.to_str().unwrap(),
+        &env.remote(&server, "b1"),
+    ]);
+    assert_eq!(theirs["saved_dedup_bytes"], 0, "{theirs}");
+    assert!(fs::read(env.root.join("b1")).unwrap() == data);
+    // The first key's cache still serves it.
+    let again = push_uncompressed(&env, &server, "tcp", &src, "a2");
+    assert!(
+        again["saved_dedup_bytes"].as_u64().unwrap() >= 5 << 20,
+        "{again}"
+    );
+    let peers = fs::read_dir(cache.join("peers")).unwrap().count();
+    assert_eq!(peers, 2, "one cache per client key");
+    assert!(!cache.join("index").exists(), "nothing shared at the root");
+}
+
 /// Like `assert_same_tree`, but for what a `dir/` copy carries: the
 /// directories' contents, not the top directory's own mode and time.
 fn assert_same_contents(a: &std::path::Path, b: &std::path::Path) {

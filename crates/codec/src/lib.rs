@@ -21,6 +21,6 @@ pub mod samples;
 pub mod taste;
 pub mod zero;
 
-pub use compress::{Codec, CodecError, Coder};
+pub use compress::{check_claim, Codec, CodecError, Coder, MAX_DECODED_LEN};
 pub use policy::{Auto, Choice, Mode, DEFAULT_LINK};
 pub use zero::is_zero;

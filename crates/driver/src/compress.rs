@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use codec::{Auto, Choice, Codec, Coder, Mode};
+use codec::{Auto, Choice, Codec, CodecError, Coder, Mode};
 use wire::{
     CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD,
 };
@@ -312,37 +312,92 @@ impl DecodeMeter {
     }
 }
 
-/// Decodes a received block of `len` bytes encoded with `codec`. Bytes
-/// that do not decode come back as zeros of the right length, so the
-/// block fails its hash and is asked for again like any damaged block.
-pub fn decode(codec: u8, data: &[u8], len: u32, progress: &Progress) -> Vec<u8> {
-    let c = match codec {
-        CODEC_LZ4 => Codec::Lz4,
-        CODEC_ZSTD => Codec::Zstd(3),
-        _ => return data.to_vec(),
+// No block, bundle or delta program is longer than the codec's guard.
+const _: () = assert!(2 * wire::MAX_BLOCK_SIZE as usize <= codec::MAX_DECODED_LEN);
+
+/// The codec a received block's base tag names (`CODEC_NONE`, `_LZ4`,
+/// `_ZSTD`; flags cleared); `None` for any other.
+fn codec_of(tag: u8) -> Option<Codec> {
+    match tag {
+        CODEC_NONE => Some(Codec::None),
+        CODEC_LZ4 => Some(Codec::Lz4),
+        // Any level: the frame says how to decode it.
+        CODEC_ZSTD => Some(Codec::Zstd(3)),
+        _ => None,
+    }
+}
+
+/// Decodes received bytes encoded with the base codec `tag` to exactly
+/// `len` bytes (P-30): a block, a bundle (P-33) or a delta program (P-31).
+/// `len` is the caller's bound, already checked against the session's
+/// (a block's length against its block size, a bundle's against
+/// `BUNDLE_MAX`, a program's against its block's length); a claim the
+/// bytes make that cannot fit it is refused before anything is allocated
+/// (`codec::check_claim`), and nothing is written past it. The bytes are
+/// not authenticated under `--no-encrypt`, so a failure here is the
+/// block's, to be asked for again, not the peer's. No hash of the encoded
+/// bytes exists to check first (the block hash is of the file's bytes,
+/// P-11, whatever codec carried them): the block hash after decoding is
+/// the check, and these bounds keep bytes not yet checked from costing
+/// more than the block (issue 23).
+pub fn decode_exact(
+    tag: u8,
+    data: &[u8],
+    len: u32,
+    progress: &Progress,
+) -> Result<Vec<u8>, CodecError> {
+    let Some(c) = codec_of(tag) else {
+        return Err(CodecError::Refused(format!("unknown codec {tag}")));
     };
+    if c == Codec::None {
+        codec::check_claim(c, data, len as usize)?;
+        return Ok(data.to_vec());
+    }
     CODER.with_borrow_mut(|(coder, _)| {
-        let mut out = Vec::with_capacity(len as usize);
+        let mut out = Vec::new();
         let t0 = Instant::now();
-        match coder.decompress(c, data, len as usize, &mut out) {
-            Ok(()) => {
-                let us = t0.elapsed().as_micros() as u64;
-                let (bytes, micros) = match c {
-                    Codec::Lz4 => (&progress.decoded_lz4, &progress.decoded_lz4_us),
-                    _ => (&progress.decoded_zstd, &progress.decoded_zstd_us),
-                };
-                Progress::add(bytes, len as u64);
-                Progress::add(micros, us);
-                Progress::add(&progress.compressed_in, len as u64);
-                Progress::add(&progress.compressed_out, data.len() as u64);
-                out
-            }
-            Err(e) => {
-                tracing::warn!("a compressed block did not decode ({e}); asking for it again");
-                vec![0u8; len as usize]
-            }
-        }
+        coder.decompress(c, data, len as usize, &mut out)?;
+        let us = t0.elapsed().as_micros() as u64;
+        let (bytes, micros) = match c {
+            Codec::Lz4 => (&progress.decoded_lz4, &progress.decoded_lz4_us),
+            _ => (&progress.decoded_zstd, &progress.decoded_zstd_us),
+        };
+        Progress::add(bytes, len as u64);
+        Progress::add(micros, us);
+        Progress::add(&progress.compressed_in, len as u64);
+        Progress::add(&progress.compressed_out, data.len() as u64);
+        Ok(out)
     })
+}
+
+/// Decodes a received block of `len` bytes encoded with `codec`, as
+/// [`decode_exact`] does. Bytes that do not decode come back as zeros of
+/// the right length, so the block fails its hash and is asked for again
+/// like any damaged block.
+pub fn decode(codec: u8, data: &[u8], len: u32, progress: &Progress) -> Vec<u8> {
+    decode_exact(codec, data, len, progress).unwrap_or_else(|e| {
+        tracing::warn!("a compressed block did not decode ({e}); asking for it again");
+        vec![0u8; (len as usize).min(codec::MAX_DECODED_LEN)]
+    })
+}
+
+/// Checks a delta block's payload before anything of it is decoded
+/// (P-31): `u32 program_len`, then the program encoded with the base
+/// codec `tag`. A sender sends a program only when it is shorter than its
+/// block, so one longer than the block (`len`) is refused, as is a claim
+/// of the encoded program that cannot fit its length.
+pub fn check_program(tag: u8, data: &[u8], len: u32) -> Result<(), String> {
+    let (head, body) = data
+        .split_at_checked(4)
+        .ok_or("a delta program without its length")?;
+    let plen = u32::from_le_bytes(head.try_into().expect("4 bytes"));
+    if plen > len {
+        return Err(format!(
+            "a delta program of {plen} bytes for a block of {len}"
+        ));
+    }
+    let c = codec_of(tag).ok_or_else(|| format!("unknown codec {tag}"))?;
+    codec::check_claim(c, body, plen as usize).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -406,5 +461,158 @@ mod tests {
             CODEC_NONE
         );
         assert_eq!(raw, original);
+    }
+
+    const MIB: usize = 1 << 20;
+
+    fn compressed(codec: Codec, data: &[u8]) -> Vec<u8> {
+        let mut z = Vec::new();
+        Coder::new().compress(codec, data, &mut z);
+        z
+    }
+
+    #[test]
+    fn compressed_bombs_are_refused_before_decoding() {
+        let p = Progress::default();
+        // 64 MiB of zeros in a few KiB, sent as a 1 MiB block.
+        let bomb = compressed(Codec::Zstd(3), &vec![0u8; 64 * MIB]);
+        let e = decode_exact(CODEC_ZSTD, &bomb, MIB as u32, &p).unwrap_err();
+        assert!(matches!(e, CodecError::Refused(_)), "{e}");
+        let bomb = compressed(Codec::Lz4, &vec![0u8; 64 * MIB]);
+        assert!(decode_exact(CODEC_LZ4, &bomb, MIB as u32, &p).is_err());
+        assert!(decode_exact(CODEC_LZ4, &bomb[..20], MIB as u32, &p).is_err());
+        // Raw bytes of another length; a codec nobody knows.
+        assert!(decode_exact(CODEC_NONE, b"abc", 4, &p).is_err());
+        assert!(decode_exact(9, b"abc", 3, &p).is_err());
+        // Nothing was counted as decoded.
+        assert_eq!(Progress::get(&p.decoded_zstd), 0);
+        assert_eq!(Progress::get(&p.decoded_lz4), 0);
+    }
+
+    /// A delta block's payload: the program's length, then the program
+    /// encoded with `codec`.
+    fn delta(plen: u32, body: &[u8]) -> Vec<u8> {
+        [&plen.to_le_bytes()[..], body].concat()
+    }
+
+    #[test]
+    fn delta_programs_are_never_longer_than_their_block() {
+        let len = 1 << 20;
+        let mut prog = Vec::new();
+        wire::program::encode(
+            [
+                wire::program::Piece::Literal(b"new bytes"),
+                wire::program::Piece::Basis {
+                    from: 0,
+                    len: len - 9,
+                },
+            ],
+            &mut prog,
+        );
+        let plen = prog.len() as u32;
+        assert!(check_program(CODEC_NONE, &delta(plen, &prog), len).is_ok());
+        let z = compressed(Codec::Zstd(3), &prog);
+        assert!(check_program(CODEC_ZSTD, &delta(plen, &z), len).is_ok());
+        // A program longer than the block it rebuilds, raw or compressed.
+        let e = check_program(CODEC_NONE, &delta(len + 1, &vec![0; len as usize + 1]), len)
+            .unwrap_err();
+        assert!(e.contains("for a block of"), "{e}");
+        let bomb = compressed(Codec::Zstd(3), &vec![0u8; 64 * MIB]);
+        assert!(check_program(CODEC_ZSTD, &delta(64 << 20, &bomb), len).is_err());
+        // A length that is not the program's.
+        assert!(check_program(CODEC_NONE, &delta(plen + 1, &prog), len).is_err());
+        assert!(check_program(CODEC_ZSTD, &delta(plen - 1, &z), len).is_err());
+        let e = check_program(CODEC_ZSTD, &delta(len, &bomb), len).unwrap_err();
+        assert!(e.contains("declares"), "{e}");
+        assert!(check_program(CODEC_LZ4, &delta(len, &[0xF0; 8]), len).is_err());
+        // No length at all; a codec nobody knows.
+        assert!(check_program(CODEC_NONE, &[0, 0], len).is_err());
+        assert!(check_program(7, &delta(plen, &prog), len).is_err());
+    }
+
+    /// What a delta program asks of the receiver is checked against the
+    /// block and what it holds: pieces past the block's length, copies
+    /// of chunks it does not hold or past a chunk's end, basis offsets
+    /// past the basis. Each is an error (the block is then asked for
+    /// whole), and nothing is allocated past the block.
+    #[test]
+    fn delta_programs_naming_what_is_not_there_fail() {
+        use wire::program::{encode, Piece};
+        let basis = vec![7u8; 1000];
+        let chunk = [9u8; 100];
+        let read_basis = |from: u64, out: &mut [u8]| -> Result<(), String> {
+            let end = from.checked_add(out.len() as u64).ok_or("overflow")?;
+            let b = basis
+                .get(from as usize..end as usize)
+                .ok_or("past the basis")?;
+            out.copy_from_slice(b);
+            Ok(())
+        };
+        let read_cache = |hash: &[u8; 16], skip: u32, out: &mut [u8]| -> Result<(), String> {
+            if hash != &[1; 16] {
+                return Err("not in the cache".into());
+            }
+            let end = skip as usize + out.len();
+            out.copy_from_slice(chunk.get(skip as usize..end).ok_or("past the chunk")?);
+            Ok(())
+        };
+        let run = |pieces: &[Piece], len: u32| {
+            let mut prog = Vec::new();
+            encode(pieces.iter().copied(), &mut prog);
+            crate::dedup::apply(&prog, len, read_basis, read_cache)
+        };
+        let good = [
+            Piece::Literal(b"ab"),
+            Piece::Basis { from: 10, len: 20 },
+            Piece::Cache {
+                hash: [1; 16],
+                skip: 50,
+                len: 50,
+            },
+        ];
+        let (out, copied) = run(&good, 72).unwrap();
+        assert_eq!((out.len(), copied), (72, 70));
+        // Pieces that add up past the block, or short of it.
+        assert!(run(&good, 71).is_err());
+        assert!(run(&good, 73).is_err());
+        let huge = [Piece::Basis {
+            from: 0,
+            len: u32::MAX,
+        }];
+        assert!(run(&huge, MIB as u32).is_err());
+        // A basis offset past the basis, or at the end of u64.
+        let e = run(&[Piece::Basis { from: 990, len: 20 }], 20).unwrap_err();
+        assert!(e.contains("past the basis"), "{e}");
+        assert!(run(
+            &[Piece::Basis {
+                from: u64::MAX,
+                len: 20
+            }],
+            20
+        )
+        .is_err());
+        // A chunk not held, or past its end.
+        let e = run(
+            &[Piece::Cache {
+                hash: [2; 16],
+                skip: 0,
+                len: 10,
+            }],
+            10,
+        )
+        .unwrap_err();
+        assert!(e.contains("not in the cache"), "{e}");
+        assert!(run(
+            &[Piece::Cache {
+                hash: [1; 16],
+                skip: 95,
+                len: 10,
+            }],
+            10,
+        )
+        .is_err());
+        // Not a program.
+        assert!(crate::dedup::apply(&[9, 9, 9], 3, read_basis, read_cache).is_err());
+        assert!(crate::dedup::apply(&[], 3, read_basis, read_cache).is_err());
     }
 }

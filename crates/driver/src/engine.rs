@@ -579,7 +579,7 @@ pub(crate) struct Receiving<'a, 'p> {
     /// Files for the answerer, in a gated session (P-31).
     questions: Option<mpsc::Sender<Question>>,
     /// Files placed, for the chunk cache, and how many it has yet to take.
-    placed: Option<mpsc::Sender<std::path::PathBuf>>,
+    placed: Option<mpsc::Sender<Vec<u8>>>,
     pub(crate) caching: std::sync::atomic::AtomicU64,
 }
 
@@ -753,16 +753,52 @@ impl Receiving<'_, '_> {
         }
     }
 
-    /// Decodes a block as it came (P-30, P-31, P-33) and places it.
+    /// Decodes a block as it came (P-30, P-31, P-33) and places it. The
+    /// header is authenticated under every protection: a block longer
+    /// than the session's blocks ends the session before anything is
+    /// decoded. The bytes behind it are not under `--no-encrypt`: bytes
+    /// that cannot decode within their bounds are refused before anything
+    /// is allocated and the block is asked for again (`refuse`).
     pub(crate) fn place_encoded(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+        if h.len > self.block_size {
+            let e = TransferError::new(
+                ErrorCode::Protocol,
+                format!(
+                    "block {} of file {} is {} bytes, longer than the session's {}-byte blocks",
+                    h.index, h.file, h.len, self.block_size
+                ),
+            );
+            self.sh.fail(e, true);
+            return None;
+        }
         if h.codec == wire::CODEC_NONE {
             self.place(h, data)
         } else if h.codec & wire::CODEC_BUNDLE != 0 {
             crate::bundle::place(self, h, data)
+        } else if h.codec & wire::CODEC_DELTA != 0 {
+            match crate::compress::check_program(h.codec & !wire::CODEC_DELTA, data, h.len) {
+                Ok(()) => self.place(h, &self.decode(h.file, h.codec, data, h.len)),
+                Err(why) => self.refuse(h, &why),
+            }
         } else {
-            let decoded = self.decode(h.file, h.codec, data, h.len);
-            self.place(h, &decoded)
+            match crate::compress::decode_exact(h.codec, data, h.len, self.sh.progress) {
+                Ok(decoded) => self.place(h, &decoded),
+                Err(e) => self.refuse(h, &e.to_string()),
+            }
         }
+    }
+
+    /// A block whose bytes did not decode (`why`): it fails its hash, and
+    /// is asked for again, as any damaged block (P-15).
+    pub(crate) fn refuse(&self, h: &BlockHeader, why: &str) -> Option<BlockVerdict> {
+        tracing::warn!(
+            "block {} of file {} was refused ({why}); asking for it again",
+            h.index,
+            h.file
+        );
+        let mut other = h.hash;
+        other[0] ^= 1;
+        self.place_with(h, &other, || Ok(()))
     }
 
     /// Checks a block against its hash and writes it if it is wanted.
@@ -896,10 +932,8 @@ impl Receiving<'_, '_> {
                     st.placed(*id);
                     self.bases.close(*id);
                     if let (Some(tx), Some(rel)) = (&self.placed, st.path_of(*id)) {
-                        if let Ok(Some(p)) = self.sink.final_path(rel) {
-                            self.caching.fetch_add(1, Ordering::SeqCst);
-                            let _ = tx.send(p);
-                        }
+                        self.caching.fetch_add(1, Ordering::SeqCst);
+                        let _ = tx.send(rel.to_vec());
                     }
                 }
                 self.report(&st);
