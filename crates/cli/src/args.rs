@@ -422,9 +422,24 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
     /// Let clients tunnel to HOST:PORT (`haul tunnel --to`), exactly as
-    /// written there; repeat for more. Without it, no tunnels.
+    /// written there; repeat for more. Without it, no tunnels; with
+    /// --stdio, anywhere unless confined by --root or a forced command.
     #[arg(long, value_name = "HOST:PORT")]
     pub tunnel_to: Vec<String>,
+    /// Tunnel sessions served at once (each may hold 544 MiB that its
+    /// client sends); more get a "busy" answer. They count against
+    /// --max-sessions too.
+    #[arg(long, default_value_t = 8)]
+    pub max_tunnels: usize,
+    /// Refuse clients that ask for less than full encryption
+    /// (`--no-encrypt`): they get exit code 14.
+    #[arg(long)]
+    pub require_encryption: bool,
+    /// Memory the buffers of all sessions may take together; one session
+    /// takes a quarter of it at most (and 1 GiB), and gets fewer streams
+    /// than it asks for, or a "busy" answer, when the rest will not do.
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    pub memory: u64,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]

@@ -21,7 +21,9 @@ Exit codes:
   10  connection lost during the transfer
   11  integrity failure: data failed verification
   12  server busy
-  13  ssh failed (its own message is shown above), or haul is missing on the remote host";
+  13  ssh failed (its own message is shown above), or haul is missing on the remote host
+  14  refused by the server's policy: it requires encryption (drop --no-encrypt)
+  15  past a limit of the peer: more than a tunnel may make it hold";
 
 pub fn code(c: ErrorCode) -> i32 {
     c as i32

@@ -38,7 +38,7 @@ fn stdio(a: ServeArgs) -> i32 {
         Ok(l) => l,
         Err(m) => return fail(ErrorCode::BadRequest, m),
     };
-    let cache = match open_cache(&a) {
+    let cache = match open_cache(&a, false) {
         Ok(c) => c,
         Err(e) => return fail(e.code(), e.message),
     };
@@ -48,6 +48,8 @@ fn stdio(a: ServeArgs) -> i32 {
         data_ports: a.data_ports,
         tuning: Tuning::auto(a.cc.clone(), Duration::from_secs(a.timeout)),
         cache,
+        tunnel_to: a.tunnel_to.clone(),
+        require_encryption: a.require_encryption,
     };
     match driver::ssh::serve_stdio(opts) {
         Ok(()) => exit::OK,
@@ -55,14 +57,44 @@ fn stdio(a: ServeArgs) -> i32 {
     }
 }
 
-/// `--cache DIR`, opened for every push this server receives.
+/// `--cache DIR`, opened for every push this server receives: a daemon's
+/// keeps one cache per client key (`per_peer`), so that no client learns
+/// the chunks of another's files; over ssh there is one login.
 fn open_cache(
     a: &ServeArgs,
+    per_peer: bool,
 ) -> Result<Option<std::sync::Arc<store::ChunkCache>>, store::StoreError> {
     let Some(dir) = &a.cache.cache else {
         return Ok(None);
     };
-    Ok(store::cache::open_for_transfer(dir, a.cache.cache_size)?.map(std::sync::Arc::new))
+    // Inside the served root, a client could read another key's cache
+    // files, or plant its own (issue 23).
+    let root = match per_peer {
+        true => Some(a.root.as_deref().unwrap_or(std::path::Path::new("."))),
+        false => a.root.as_deref(),
+    };
+    if let Some(root) = root.and_then(|r| r.canonicalize().ok()) {
+        let real = dir.canonicalize().ok().or_else(|| {
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+            let parent = parent.unwrap_or(std::path::Path::new("."));
+            Some(parent.canonicalize().ok()?.join(dir.file_name()?))
+        });
+        if real.is_some_and(|c| c.starts_with(&root)) {
+            return Err(store::StoreError::new(
+                store::StoreErrorKind::BadRequest,
+                format!(
+                    "the chunk cache {} lies inside the served root {}, where clients could read or plant its files; give --cache a directory outside it",
+                    dir.display(),
+                    root.display()
+                ),
+            ));
+        }
+    }
+    let open = match per_peer {
+        true => store::cache::open_for_daemon,
+        false => store::cache::open_for_transfer,
+    };
+    Ok(open(dir, a.cache.cache_size)?.map(std::sync::Arc::new))
 }
 
 pub fn run(a: ServeArgs) -> i32 {
@@ -91,22 +123,29 @@ pub fn run(a: ServeArgs) -> i32 {
         .authorized_keys
         .clone()
         .unwrap_or_else(home::authorized_keys);
-    match AuthorizedKeys::load(&authorized_keys) {
-        Ok(k) if !k.is_empty() => eprintln!("haul serve: {} authorized client key(s) in {}", k.len(), authorized_keys.display()),
+    // Like sshd, a line that is not a key is skipped with a warning naming
+    // it, and a file others may write is warned about (P-39).
+    let loaded = AuthorizedKeys::load(&authorized_keys);
+    if let Ok(l) = &loaded {
+        for w in &l.warnings {
+            eprintln!("haul serve: warning: {w}");
+        }
+    }
+    match loaded {
+        Ok(l) if !l.keys.is_empty() => eprintln!("haul serve: {} authorized client key(s) in {}", l.keys.len(), authorized_keys.display()),
         Ok(_) | Err(_) => eprintln!(
             "haul serve: no client keys in {}: every client will be refused until you add their public keys (`haul keygen` prints one)",
             authorized_keys.display()
         ),
     }
-    let cache = match open_cache(&a) {
+    let cache = match open_cache(&a, true) {
         Ok(c) => c,
         Err(e) => return fail(exit::code(e.code()), e.message),
     };
     if let (Some(c), Some(dir)) = (&cache, &a.cache.cache) {
         eprintln!(
-            "haul serve: chunk cache {}: {} chunks, {} MiB (at most {} MiB)",
+            "haul serve: chunk cache {}: one per client key, {} MiB in all (at most {} MiB each)",
             dir.display(),
-            c.len(),
             c.bytes() >> 20,
             a.cache.cache_size >> 20
         );
@@ -131,18 +170,19 @@ pub fn run(a: ServeArgs) -> i32 {
         max_sessions: a.max_sessions.max(1),
         data_ports: a.data_ports,
         cache,
-        tunnel_to: if a.tunnel_to.is_empty() {
-            driver::tunnel::TunnelTargets::None
-        } else {
-            driver::tunnel::TunnelTargets::Only(a.tunnel_to.clone())
-        },
+        tunnel_to: driver::tunnel::TunnelTargets::listed(a.tunnel_to.clone()),
+        require_encryption: a.require_encryption,
+        max_tunnels: a.max_tunnels.max(1),
+        memory: a.memory,
     };
     let fingerprint = cfg.key.public.fingerprint();
+    let require_encryption = cfg.require_encryption;
     let res = driver::serve(cfg, |addr| {
         eprintln!(
-            "haul serve: listening on {addr}, root {}, server key {fingerprint}, congestion control {}",
+            "haul serve: listening on {addr}, root {}, server key {fingerprint}, congestion control {}{}",
             root.path().display(),
-            tuning.cc.as_deref().unwrap_or("system default")
+            tuning.cc.as_deref().unwrap_or("system default"),
+            if require_encryption { ", encryption required" } else { "" }
         );
     });
     match res {

@@ -60,13 +60,6 @@ impl From<session::SenderError> for TransferError {
 
 impl From<session::ReceiverError> for TransferError {
     fn from(e: session::ReceiverError) -> Self {
-        use session::ReceiverError::*;
-        let code = match &e {
-            Protocol(_) => ErrorCode::Protocol,
-            Path(_) => ErrorCode::OutsideRoot,
-            Integrity { .. } => ErrorCode::Integrity,
-            Remote { code, .. } => *code,
-        };
-        TransferError::new(code, e.to_string())
+        TransferError::new(e.code(), e.to_string())
     }
 }

@@ -1,7 +1,9 @@
 //! Sealed frames over a TCP stream (P-4):
 //! `u32 body length (LE) | body | 16-byte tag`. The length is checked
-//! against [`wire::MAX_FRAME_LEN`] before anything is allocated, and a frame
-//! that fails to open ends the connection.
+//! against [`wire::MAX_FRAME_LEN`], or the lower limit the connection's
+//! use sets ([`FrameReader::set_max_len`]: a join frame, a tunnel lane,
+//! a session's block size, P-39), before anything is allocated, and a
+//! frame that fails to open ends the connection.
 
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
@@ -49,6 +51,9 @@ const _: () = assert!(TAG_LEN == secure::seal::TAG_LEN);
 
 /// Room to leave before a body so the length can be written in place.
 pub const LEN_PREFIX: usize = 4;
+
+/// What a [`FrameReader`] reads ahead from its socket.
+pub const READ_BUFFER: usize = 256 << 10;
 
 /// Uncompressed bytes of control messages packed into one frame (P-34).
 const PACK_AT: usize = 256 << 10;
@@ -178,6 +183,8 @@ impl FrameWriter {
 pub struct FrameReader {
     stream: BufReader<TcpStream>,
     opener: Opener,
+    /// Longest body accepted, at most [`MAX_FRAME_LEN`].
+    max_len: u32,
     buf: Vec<u8>,
     progress: Arc<Progress>,
     /// Messages of a packed frame not yet handed out (P-34).
@@ -188,12 +195,22 @@ pub struct FrameReader {
 impl FrameReader {
     pub fn new(stream: TcpStream, opener: Opener, progress: Arc<Progress>) -> FrameReader {
         FrameReader {
-            stream: BufReader::with_capacity(256 << 10, stream),
+            stream: BufReader::with_capacity(READ_BUFFER, stream),
             opener,
+            max_len: MAX_FRAME_LEN,
             buf: Vec::new(),
             progress,
             pending: VecDeque::new(),
             coder: Coder::new(),
+        }
+    }
+
+    /// Refuses frames longer than `max` (capped at [`MAX_FRAME_LEN`]) from
+    /// now on, and lets go of a larger buffer kept from before.
+    pub fn set_max_len(&mut self, max: u32) {
+        self.max_len = max.min(MAX_FRAME_LEN);
+        if self.buf.capacity() > self.max_len as usize + TAG_LEN {
+            self.buf = Vec::new();
         }
     }
 
@@ -219,7 +236,7 @@ impl FrameReader {
             Err(e) => return Err(FrameError::Io(e)),
         }
         let n = u32::from_le_bytes(len);
-        if n > MAX_FRAME_LEN {
+        if n > self.max_len {
             return Err(FrameError::TooLong(n));
         }
         let total = n as usize + TAG_LEN;

@@ -3,11 +3,13 @@
 //! that only a holder of the session keys can produce, so a data connection
 //! is as authenticated as the control connection it belongs to. A client
 //! dials them right behind its request; the server lists a session from
-//! its handshake on ([`Joins`]) and holds early joins until it accepts.
+//! its handshake to its end ([`Joins`]), holds early joins until it
+//! accepts, refuses an index outside the request's before deriving a key,
+//! and ends the session when an index joins twice (a replayed join, P-39).
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,9 @@ use crate::framed::{FrameReader, FrameWriter, LEN_PREFIX};
 use crate::progress::Progress;
 
 const JOIN: &[u8] = b"haul-join";
+/// Longest frame read before a connection has joined: a join body is 25
+/// bytes, so nobody without the keys makes the server hold more (P-39).
+const JOIN_FRAME_MAX: u32 = 64;
 
 fn join_body(session: &[u8; 16]) -> Vec<u8> {
     let mut b = vec![0u8; LEN_PREFIX];
@@ -98,7 +103,32 @@ pub fn client_join(
 }
 
 /// Server: checks the join frame of a data stream whose preamble named
-/// this session.
+/// this session and an index the session accepted (`1..=streams`, checked
+/// before any key is derived); frames after the join may be
+/// `accepted.frame_max` bytes long at most (P-39).
+pub fn join_accepted(
+    stream: TcpStream,
+    keys: &SessionKeys,
+    index: u16,
+    accepted: &Accepted,
+    progress: &Arc<Progress>,
+) -> Result<DataConn, TransferError> {
+    if !(1..=accepted.streams).contains(&index) {
+        return Err(TransferError::new(
+            ErrorCode::Protocol,
+            format!(
+                "data stream index {index} is outside the session's 1 to {}",
+                accepted.streams
+            ),
+        ));
+    }
+    let mut conn = server_join(stream, keys, index, accepted.protection, progress)?;
+    conn.reader.set_max_len(accepted.frame_max);
+    Ok(conn)
+}
+
+/// Server: checks the join frame of a data stream whose preamble named
+/// this session. A frame longer than a join is refused unread.
 pub fn server_join(
     stream: TcpStream,
     keys: &SessionKeys,
@@ -110,6 +140,7 @@ pub fn server_join(
         .set_read_timeout(Some(crate::handshake::HANDSHAKE_TIMEOUT))
         .ok();
     let mut conn = keyed(stream, keys, index, protection, false, progress)?;
+    conn.reader.set_max_len(JOIN_FRAME_MAX);
     let expected = join_body(&keys.session_id());
     let body = conn
         .reader
@@ -122,6 +153,7 @@ pub fn server_join(
         ));
     }
     conn.reader.get_ref().set_read_timeout(None).ok();
+    conn.reader.set_max_len(wire::MAX_FRAME_LEN);
     Ok(conn)
 }
 
@@ -129,25 +161,54 @@ pub fn server_join(
 /// is listed from its handshake on, so a client may dial its data
 /// connections right behind its request; their joins wait until the
 /// session has read the request (which names the protection their join
-/// frame is sealed under) and accepted it, and are refused if it refuses.
+/// frame is sealed under and the stream count) and accepted it, and are
+/// refused if it refuses. It stays listed until it ends, so that a second
+/// join of an index, even one after the gathering, ends it (P-39).
 #[derive(Default)]
 pub struct Joins {
     sessions: Mutex<HashMap<[u8; 16], Joinable>>,
     changed: Condvar,
 }
 
+/// What a session accepted, which its data connections must match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The request's protection: the join frame is sealed under it.
+    pub protection: Protection,
+    /// Indices `1..=streams` may join.
+    pub streams: u16,
+    /// Longest frame a joined connection may carry (P-39).
+    pub frame_max: u32,
+}
+
+/// What a data connection hands its session.
+pub enum Joined {
+    /// Joined on this stream index.
+    Conn(u16, Box<DataConn>),
+    /// A connection joined on an index already taken: someone replayed a
+    /// genuine join (P-39). The session ends.
+    Again(u16),
+}
+
 /// What a data connection needs to join a session.
 #[derive(Clone)]
 pub struct Joinable {
     pub keys: SessionKeys,
-    /// The request's protection, once the session accepted it.
-    pub protection: Option<Protection>,
+    /// The request, once the session accepted it.
+    pub accepted: Option<Accepted>,
     pub progress: Arc<Progress>,
-    pub joined: mpsc::Sender<(u16, DataConn)>,
+    pub joined: mpsc::Sender<Joined>,
+    /// Indices joined so far.
+    taken: Vec<bool>,
+    /// The session's control connection, shut if an index joins twice
+    /// after the session stopped gathering.
+    control: Option<Arc<TcpStream>>,
+    /// Whether the session still reads `joined`.
+    gathering: bool,
 }
 
-/// A session's place in [`Joins`], from its handshake until it has
-/// gathered its data connections; dropping it unlists the session.
+/// A session's place in [`Joins`], from its handshake to its end;
+/// dropping it unlists the session.
 pub struct Listed<'a> {
     joins: &'a Joins,
     session: [u8; 16],
@@ -159,19 +220,23 @@ impl Joins {
     }
 
     /// Lists a session whose handshake is done; its joins wait for
-    /// [`Listed::open`].
+    /// [`Listed::open`]. `control` is its control connection (a clone).
     pub fn list(
         &self,
         keys: &SessionKeys,
         progress: &Arc<Progress>,
-        joined: mpsc::Sender<(u16, DataConn)>,
+        joined: mpsc::Sender<Joined>,
+        control: Option<TcpStream>,
     ) -> Listed<'_> {
         let session = keys.session_id();
         let entry = Joinable {
             keys: keys.clone(),
-            protection: None,
+            accepted: None,
             progress: progress.clone(),
             joined,
+            taken: Vec::new(),
+            control: control.map(Arc::new),
+            gathering: true,
         };
         self.lock().insert(session, entry);
         self.changed.notify_all();
@@ -192,7 +257,7 @@ impl Joins {
         let mut map = self.lock();
         loop {
             match map.get(session) {
-                Some(j) if j.protection.is_some() => return Some(j.clone()),
+                Some(j) if j.accepted.is_some() => return Some(j.clone()),
                 Some(_) => seen = true,
                 None if seen => return None,
                 None => {}
@@ -212,16 +277,53 @@ impl Joins {
                 .0;
         }
     }
+
+    /// Hands a connection that joined `session` on `index` to the session.
+    /// An index that joined before ends the session: while it gathers, by
+    /// telling it ([`Joined::Again`]); after, by shutting its control
+    /// connection. Returns false if the index was taken.
+    pub fn hand_over(&self, session: &[u8; 16], index: u16, conn: DataConn) -> bool {
+        let mut map = self.lock();
+        let Some(j) = map.get_mut(session) else {
+            return true;
+        };
+        let slot = index as usize;
+        if j.taken.len() <= slot {
+            j.taken.resize(slot + 1, false);
+        }
+        if !j.taken[slot] {
+            j.taken[slot] = true;
+            let _ = j.joined.send(Joined::Conn(index, Box::new(conn)));
+            return true;
+        }
+        if j.gathering {
+            let _ = j.joined.send(Joined::Again(index));
+        } else if let Some(c) = &j.control {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        for c in [conn.reader.get_ref(), conn.writer.get_ref()] {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        false
+    }
 }
 
 impl Listed<'_> {
-    /// The session accepted its request: its data connections may join,
-    /// under `protection`.
-    pub fn open(&self, protection: Protection) {
+    /// The session accepted its request: its data connections may join.
+    pub fn open(&self, accepted: Accepted) {
         if let Some(j) = self.joins.lock().get_mut(&self.session) {
-            j.protection = Some(protection);
+            j.accepted = Some(accepted);
         }
         self.joins.changed.notify_all();
+    }
+
+    /// The session has its data connections (or the UDP channel): a join
+    /// now can only be a second one, and ends it through its control
+    /// connection.
+    pub fn gathered(&self) {
+        if let Some(j) = self.joins.lock().get_mut(&self.session) {
+            j.gathering = false;
+        }
     }
 }
 
@@ -235,14 +337,32 @@ impl Drop for Listed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
 
     const SHORT: Duration = Duration::from_millis(50);
 
-    fn listed(joins: &Joins) -> (SessionKeys, Listed<'_>, mpsc::Receiver<(u16, DataConn)>) {
+    fn accepted(protection: Protection, streams: u16) -> Accepted {
+        Accepted {
+            protection,
+            streams,
+            frame_max: 1 << 20,
+        }
+    }
+
+    fn listed(joins: &Joins) -> (SessionKeys, Listed<'_>, mpsc::Receiver<Joined>) {
         let keys = crate::handshake::tests::session_keys();
         let (tx, rx) = mpsc::channel();
-        let l = joins.list(&keys, &Arc::new(Progress::default()), tx);
+        let l = joins.list(&keys, &Arc::new(Progress::default()), tx, None);
         (keys, l, rx)
+    }
+
+    /// A connected pair of sockets on loopback: (client end, server end).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (c, s)
     }
 
     #[test]
@@ -254,9 +374,9 @@ mod tests {
             let waiting = s.spawn(|| joins.wait(&id, SHORT));
             std::thread::sleep(SHORT * 2);
             assert!(!waiting.is_finished(), "a listed session is waited for");
-            l.open(Protection::Aes256Gcm);
+            l.open(accepted(Protection::Aes256Gcm, 4));
             let j = waiting.join().unwrap().expect("joinable once accepted");
-            assert_eq!(j.protection, Some(Protection::Aes256Gcm));
+            assert_eq!(j.accepted, Some(accepted(Protection::Aes256Gcm, 4)));
             assert_eq!(j.keys.session_id(), id);
         });
         // Once accepted, at once.
@@ -288,9 +408,79 @@ mod tests {
             let waiting = s.spawn(|| joins.wait(&id, Duration::from_secs(10)));
             std::thread::sleep(SHORT);
             let (tx, _rx) = mpsc::channel();
-            let l = joins.list(&keys, &Arc::new(Progress::default()), tx);
-            l.open(Protection::IntegrityOnly);
+            let l = joins.list(&keys, &Arc::new(Progress::default()), tx, None);
+            l.open(accepted(Protection::IntegrityOnly, 1));
             assert!(waiting.join().unwrap().is_some());
         });
+    }
+
+    /// Index 0 (control) and indices past the request's count are refused
+    /// before any key is derived, so they cost no more than a preamble.
+    #[test]
+    fn indices_outside_the_request_are_refused_before_the_join() {
+        let keys = crate::handshake::tests::session_keys();
+        let p = Arc::new(Progress::default());
+        for index in [0, 5, u16::MAX] {
+            let (_c, s) = pair();
+            let e = join_accepted(s, &keys, index, &accepted(Protection::Aes256Gcm, 4), &p)
+                .err()
+                .expect("refused");
+            assert_eq!(e.code, ErrorCode::Protocol);
+            assert!(e.message.contains("outside"), "{}", e.message);
+        }
+    }
+
+    /// Before it has joined, a connection may send no frame longer than a
+    /// join: a copied session id cannot make the server hold 16 MiB.
+    #[test]
+    fn a_long_frame_before_the_join_is_refused_unread() {
+        let keys = crate::handshake::tests::session_keys();
+        let (mut c, s) = pair();
+        c.write_all(&(16u32 << 20).to_le_bytes()).unwrap();
+        let p = Arc::new(Progress::default());
+        let e = join_accepted(s, &keys, 1, &accepted(Protection::Aes256Gcm, 1), &p)
+            .err()
+            .expect("refused");
+        assert_eq!(e.code, ErrorCode::Protocol);
+    }
+
+    /// A second join of one index, a replay of a genuine connection, ends
+    /// the session: while it gathers it is told; after, its control
+    /// connection is shut.
+    #[test]
+    fn an_index_that_joins_twice_ends_the_session() {
+        let joins = Joins::default();
+        let keys = crate::handshake::tests::session_keys();
+        let id = keys.session_id();
+        let (ctrl_client, ctrl_server) = pair();
+        let (tx, rx) = mpsc::channel();
+        let p = Arc::new(Progress::default());
+        let l = joins.list(&keys, &p, tx, Some(ctrl_server));
+        let acc = accepted(Protection::Aes256Gcm, 2);
+        l.open(acc);
+        let join = |index| {
+            let (c, mut s) = pair();
+            let client = client_join(c, &keys, index, acc.protection, &p).unwrap();
+            let pre = crate::handshake::read_preamble(&mut s).unwrap();
+            assert_eq!(pre.stream, index);
+            (client, join_accepted(s, &keys, index, &acc, &p).unwrap())
+        };
+        let (_c1, first) = join(1);
+        assert!(joins.hand_over(&id, 1, first));
+        assert!(matches!(rx.try_recv(), Ok(Joined::Conn(1, _))));
+        let (_c1b, again) = join(1);
+        assert!(!joins.hand_over(&id, 1, again));
+        assert!(matches!(rx.try_recv(), Ok(Joined::Again(1))));
+        // After the gathering: the control connection is shut.
+        l.gathered();
+        let (_c2, second) = join(2);
+        assert!(joins.hand_over(&id, 2, second));
+        let (_c2b, again) = join(2);
+        assert!(!joins.hand_over(&id, 2, again));
+        ctrl_client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!((&ctrl_client).read(&mut b).unwrap(), 0, "control shut");
     }
 }

@@ -1,6 +1,9 @@
 //! `haul serve`: accepts control connections, authenticates each client
 //! against the authorized keys, answers its request inside the served root,
 //! gathers the session's data connections, and runs the engine (P-21).
+//! What a client may ask is bounded before anything is allocated for it:
+//! its protection against the server's policy, its streams against the
+//! memory a session may take, its tunnels against how many may run (P-39).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -11,19 +14,22 @@ use std::time::{Duration, Instant};
 use secure::{AuthorizedKeys, Keypair, Protection, PublicKey};
 use session::{ReceiverSession, SenderSession};
 use store::{walk, Destination, Root, Sink, Sources};
-use wire::{
-    ConnKind, ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305,
-    PROTOCOL_VERSION, TRANSPORT_UDP,
-};
+use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
 
 use crate::datagram::{self, setup, UdpLink};
 use crate::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 use crate::error::TransferError;
 use crate::framed::FrameWriter;
 use crate::handshake;
-use crate::join::{keyed, server_join, DataConn, DataPlan, Joins};
+use crate::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, Joins};
 use crate::net::{self, Tuning};
 use crate::progress::Progress;
+
+mod limits;
+pub use limits::{
+    check_policy, data_frame_max, parse_protection, protection_of, SessionBudget, DAEMON_MEMORY,
+    SESSION_MEMORY,
+};
 
 /// In-flight window the sending side allows (unacknowledged bytes).
 pub const SEND_WINDOW: u64 = 512 << 20;
@@ -110,6 +116,15 @@ pub struct ServerConfig {
     pub cache: Option<Arc<store::ChunkCache>>,
     /// Where clients may tunnel to (`--tunnel-to`, P-37).
     pub tunnel_to: crate::tunnel::TunnelTargets,
+    /// `--require-encryption`: refuse a request for less than full
+    /// encryption (P-39).
+    pub require_encryption: bool,
+    /// Most tunnel sessions at once (`--max-tunnels`, P-39); they count
+    /// against `max_sessions` too.
+    pub max_tunnels: usize,
+    /// What the buffers of all sessions may take together (`--memory`,
+    /// P-39).
+    pub memory: u64,
 }
 
 struct Server {
@@ -117,6 +132,14 @@ struct Server {
     /// Sessions data connections may join (P-20).
     joins: Joins,
     active: AtomicUsize,
+    /// Tunnel sessions running.
+    tunnels: AtomicUsize,
+    /// What running sessions reserved of `cfg.memory`: their buffers, and
+    /// their manifests' bookkeeping as it arrives (P-39, P-40 S-1).
+    reserved: Arc<MemoryPool>,
+    /// The authorized-keys file's warnings last logged, so that each is
+    /// logged when it first shows, not for every session.
+    key_warnings: std::sync::Mutex<Vec<String>>,
     /// Connections not yet past their handshake (or, for data
     /// connections, their join).
     greeting: Arc<AtomicUsize>,
@@ -140,10 +163,17 @@ pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Resu
 /// Serves the connections of a bound listener, forever.
 pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
     share_one_arena();
+    let memory = cfg.memory;
     let server = Arc::new(Server {
         cfg,
         joins: Joins::default(),
         active: AtomicUsize::new(0),
+        tunnels: AtomicUsize::new(0),
+        reserved: Arc::new(MemoryPool {
+            used: std::sync::Mutex::new(0),
+            limit: memory,
+        }),
+        key_warnings: std::sync::Mutex::new(Vec::new()),
         greeting: Arc::new(AtomicUsize::new(0)),
     });
     let mut last_notice: Option<Instant> = None;
@@ -166,20 +196,21 @@ pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
 /// Protection of control frames: always encrypted, same cipher everywhere.
 pub const CONTROL_PROTECTION: Protection = Protection::ChaCha20Poly1305;
 
-pub fn protection_of(code: u8) -> Protection {
-    match code {
-        PROTECT_AES256GCM => Protection::Aes256Gcm,
-        PROTECT_CHACHA20POLY1305 => Protection::ChaCha20Poly1305,
-        _ => Protection::IntegrityOnly,
-    }
-}
-
 impl Server {
     /// Whether `peer` may open a session; the refusal says what to do.
     fn admit(&self, peer: &PublicKey) -> Result<(), String> {
         match &self.cfg.client_keys {
             ClientKeys::File(path) => {
-                let authorized = AuthorizedKeys::load(path).unwrap_or_default();
+                let authorized = match AuthorizedKeys::load(path) {
+                    Ok(loaded) => {
+                        self.log_key_warnings(loaded.warnings);
+                        loaded.keys
+                    }
+                    Err(e) => {
+                        self.log_key_warnings(vec![e.to_string()]);
+                        AuthorizedKeys::default()
+                    }
+                };
                 if authorized.contains(peer) {
                     return Ok(());
                 }
@@ -195,6 +226,18 @@ impl Server {
                 "key {} is not the one-time key of the ssh session that started this server",
                 peer.fingerprint()
             )),
+        }
+    }
+
+    /// Logs what is wrong with the authorized-keys file when it changes:
+    /// the file is read again for every session.
+    fn log_key_warnings(&self, warnings: Vec<String>) {
+        let mut last = self.key_warnings.lock().unwrap_or_else(|p| p.into_inner());
+        if *last != warnings {
+            for w in &warnings {
+                tracing::warn!("{w}");
+            }
+            *last = warnings;
         }
     }
 
@@ -232,19 +275,23 @@ impl Server {
                 // A client dials its data connections right behind its
                 // request: this one waits for its session to accept it.
                 let slot = self.joins.wait(&pre.session, handshake::HANDSHAKE_TIMEOUT);
-                let Some((j, protection)) = slot.and_then(|j| Some((j.clone(), j.protection?)))
-                else {
+                let Some((j, accepted)) = slot.and_then(|j| Some((j.clone(), j.accepted?))) else {
                     tracing::info!("{peer}: data connection for no session; dropped");
                     return;
                 };
                 // The join is checked here, on this connection's own thread,
                 // so a forged or silent connection that copied the
                 // cleartext session id costs the session nothing (P-20).
-                let joined = server_join(stream, &j.keys, pre.stream, protection, &j.progress);
+                let joined = join_accepted(stream, &j.keys, pre.stream, &accepted, &j.progress);
                 drop(greeting);
                 match joined {
                     Ok(conn) => {
-                        let _ = j.joined.send((pre.stream, conn));
+                        if !self.joins.hand_over(&pre.session, pre.stream, conn) {
+                            tracing::warn!(
+                                "{peer}: data stream {} joined its session a second time (a replayed connection?); the session is ended",
+                                pre.stream
+                            );
+                        }
                     }
                     Err(e) => tracing::warn!("{peer}: data connection refused: {e}"),
                 }
@@ -287,7 +334,8 @@ impl Server {
         // Listed from now on, so data connections dialled right behind the
         // request find their session; they join once it is accepted.
         let (tx, rx) = mpsc::channel();
-        let listed = self.joins.list(&est.keys, &progress, tx);
+        let control = ctrl_r.get_ref().try_clone().ok();
+        let listed = self.joins.list(&est.keys, &progress, tx, control);
         let refuse = |w: &mut FrameWriter, e: TransferError| {
             let _ = w.send_msg(&Msg::Error {
                 code: e.code,
@@ -336,7 +384,49 @@ impl Server {
         if let Err(e) = check_request(&req) {
             return refuse(&mut ctrl_w, e);
         }
-        let protection = protection_of(req.protection);
+        let protection = match parse_protection(req.protection)
+            .and_then(|p| check_policy(p, self.cfg.require_encryption).map(|()| p))
+        {
+            Ok(p) => p,
+            Err(e) => return refuse(&mut ctrl_w, e),
+        };
+        // Fewer streams than asked if that many would take more memory
+        // than a session may, or than the daemon has left (P-39); the
+        // client uses those accepted.
+        let (budget, _reserved) = match self.reserve(SessionBudget::of(&req)) {
+            Some(r) => r,
+            None => {
+                let msg = format!(
+                    "server busy: the running sessions hold the {} MiB of buffers it gives them (--memory); try again later",
+                    self.cfg.memory >> 20
+                );
+                return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+            }
+        };
+        if budget.streams < req.streams {
+            tracing::info!(
+                "the client asked for {} streams; {} fit ({} MiB per session, {} MiB for all, frames of {} bytes)",
+                req.streams,
+                budget.streams,
+                session_share(self.cfg.memory) >> 20,
+                self.cfg.memory >> 20,
+                budget.frame_max
+            );
+        }
+        let _tunnel_guard = match req.op {
+            Op::Tunnel => match SessionGuard::enter(&self.tunnels, self.cfg.max_tunnels) {
+                Some(g) => Some(g),
+                None => {
+                    let msg = format!(
+                        "server busy: {} tunnel sessions already running (--max-tunnels), each of which may hold {} MiB; try again later",
+                        self.cfg.max_tunnels,
+                        crate::tunnel::SESSION_HELD >> 20
+                    );
+                    return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+                }
+            },
+            _ => None,
+        };
 
         // Prepare the side we play before accepting, so errors come first.
         enum Side {
@@ -416,7 +506,11 @@ impl Server {
                 let basis = if req.basis.is_empty() {
                     Ok(None)
                 } else {
-                    self.resolve(&req.basis).map(Some)
+                    // Opened now, beneath the root (P-38): never by name later.
+                    self.resolve(&req.basis).and_then(|p| {
+                        let f = self.cfg.root.open_file(&p)?;
+                        Ok(Some((p, std::sync::Arc::new(f))))
+                    })
                 };
                 match dest_res.and_then(|d| basis.map(|b| (d, b))) {
                     Ok((d, basis)) => Side::Receive(
@@ -424,7 +518,11 @@ impl Server {
                         crate::dedup::ReceiveOptions {
                             sync: req.sync,
                             basis,
-                            cache: self.cfg.cache.clone(),
+                            cache: self
+                                .cfg
+                                .cache
+                                .as_ref()
+                                .and_then(|c| c.for_peer(&est.peer.fingerprint())),
                             contents: req.contents,
                         },
                     ),
@@ -444,22 +542,36 @@ impl Server {
         // The socket opened in the handshake serves a UDP request only.
         let udp = udp.filter(|_| req.transport == TRANSPORT_UDP);
         let udp_port = udp.as_ref().map_or(0, |_| est.udp_port);
-        listed.open(protection);
+        let streams = budget.streams;
+        listed.open(Accepted {
+            protection,
+            streams,
+            frame_max: budget.frame_max,
+        });
         let joined = ctrl_w
             .send_msg(&Msg::Accept {
                 session: session_id,
-                streams: req.streams,
+                streams,
                 udp_port,
                 gated,
             })
             .map_err(|e| TransferError::lost("accepting the request", &e))
             .and_then(|()| match req.transport {
-                TRANSPORT_UDP => {
-                    self.udp_or_streams(udp, &est, protection, &mut ctrl_r, &rx, &req, &progress)
-                }
-                _ => gather(&rx, req.streams).map(DataPlan::Tcp),
+                TRANSPORT_UDP => self.udp_or_streams(
+                    udp,
+                    &est,
+                    protection,
+                    &mut ctrl_r,
+                    &rx,
+                    streams,
+                    &req,
+                    &progress,
+                ),
+                _ => gather(&rx, streams).map(DataPlan::Tcp),
             });
-        drop(listed);
+        // The session stays listed to its end: a second join of an index
+        // now shuts its control connection (P-39).
+        listed.gathered();
         if let Err(e) = &joined {
             let _ = ctrl_w.send_msg(&Msg::Error {
                 code: e.code,
@@ -523,6 +635,10 @@ impl Server {
             Side::Tunnel(_) => Err(TransferError::new(ErrorCode::Other, "tunnel served twice")),
             Side::Receive(sink, opts) => {
                 let mut session = ReceiverSession::new(req.block_size);
+                // A manifest's bookkeeping comes out of the daemon's memory
+                // too, a session's share at most (P-40 S-1).
+                session.set_budget(session_share(self.cfg.memory));
+                session.set_pool(self.reserved.clone());
                 if gated {
                     crate::dedup::gate_receiver(&mut session, &opts);
                 }
@@ -539,6 +655,30 @@ impl Server {
 }
 
 impl Server {
+    /// Reserves a session's buffers from the daemon's memory, with fewer
+    /// streams if its share (a quarter, so that four sessions at their
+    /// largest run at once) or the rest will not hold them all, but one
+    /// if the rest holds one; `None` if it holds not even that (P-39).
+    fn reserve(&self, budget: SessionBudget) -> Option<(SessionBudget, Reserved<'_>)> {
+        let mut reserved = self.reserved.lock();
+        let left = self.cfg.memory.saturating_sub(*reserved);
+        let mut granted = budget.within(left.min(session_share(self.cfg.memory)));
+        // The share bounds how many streams, never whether one: a stream
+        // the rest holds is given.
+        if granted.streams == 0 && left >= budget.per_stream {
+            granted = budget.within(budget.per_stream);
+        }
+        if granted.streams == 0 && budget.streams > 0 {
+            return None;
+        }
+        *reserved += granted.bytes();
+        let guard = Reserved {
+            pool: &self.reserved,
+            bytes: granted.bytes(),
+        };
+        Some((granted, guard))
+    }
+
     /// A UDP socket for a session's data channel, on the local address of
     /// its control connection, inside `--data-ports` if given (P-23).
     fn open_udp(&self, local: std::io::Result<SocketAddr>) -> Option<udp::UdpChannel> {
@@ -560,7 +700,8 @@ impl Server {
         est: &handshake::Established,
         protection: Protection,
         ctrl_r: &mut crate::framed::FrameReader,
-        joined: &mpsc::Receiver<(u16, DataConn)>,
+        joined: &mpsc::Receiver<Joined>,
+        streams: u16,
         req: &Request,
         progress: &Arc<Progress>,
     ) -> Result<DataPlan, TransferError> {
@@ -582,7 +723,7 @@ impl Server {
         match choice {
             Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
                 tracing::info!("client could not use UDP; falling back to TCP streams");
-                gather(joined, req.streams).map(DataPlan::Tcp)
+                gather(joined, streams).map(DataPlan::Tcp)
             }
             Ok(Some(Msg::UseTransport { udp_payload })) => {
                 let Some((channel, backlog)) = answered.filter(|(c, _)| c.peer().is_some()) else {
@@ -667,31 +808,40 @@ fn send_window(req: &Request) -> u64 {
 }
 
 /// Waits for the session's data connections, already joined, one per
-/// stream index; a second connection for an index is dropped.
-fn gather(
-    rx: &mpsc::Receiver<(u16, DataConn)>,
-    streams: u16,
-) -> Result<Vec<DataConn>, TransferError> {
+/// stream index. A second join of an index, a replay of a genuine
+/// connection, ends the session (P-39).
+fn gather(rx: &mpsc::Receiver<Joined>, streams: u16) -> Result<Vec<DataConn>, TransferError> {
     let deadline = Instant::now() + JOIN_TIMEOUT;
     let mut slots: Vec<Option<DataConn>> = (0..streams).map(|_| None).collect();
     let mut got = 0;
     while got < streams {
         let left = deadline.saturating_duration_since(Instant::now());
-        let (index, conn) = rx.recv_timeout(left).map_err(|_| {
+        let joined = rx.recv_timeout(left).map_err(|_| {
             TransferError::new(
                 ErrorCode::ConnectionLost,
                 format!("only {got} of {streams} data connections joined within {}s (a firewall between the hosts?)", JOIN_TIMEOUT.as_secs()),
             )
         })?;
+        let (index, conn) = match joined {
+            Joined::Conn(index, conn) => (index, *conn),
+            Joined::Again(index) => return Err(joined_twice(index)),
+        };
+        // Indices were checked against the count before the join (P-39).
         let slot = index.checked_sub(1).and_then(|i| slots.get_mut(i as usize));
         let Some(slot) = slot.filter(|s| s.is_none()) else {
-            tracing::warn!("data connection with unexpected stream index {index}; dropped");
-            continue;
+            return Err(joined_twice(index));
         };
         *slot = Some(conn);
         got += 1;
     }
     Ok(slots.into_iter().flatten().collect())
+}
+
+fn joined_twice(index: u16) -> TransferError {
+    TransferError::new(
+        ErrorCode::Integrity,
+        format!("data stream {index} joined twice: a copy of a genuine connection (replayed by someone on the path?); the session is ended, run the command again"),
+    )
 }
 
 /// Ends a refused control connection with a FIN rather than a reset: the
@@ -709,6 +859,53 @@ fn drain_and_close(s: &TcpStream) {
             Ok(0) | Err(_) => break,
             Ok(n) => total += n,
         }
+    }
+}
+
+/// The most of the daemon's `memory` one session's buffers may take: a
+/// quarter, and at most [`SESSION_MEMORY`].
+pub fn session_share(memory: u64) -> u64 {
+    (memory / 4).min(SESSION_MEMORY)
+}
+
+/// The daemon's memory (`--memory`): what sessions reserved of it for
+/// their buffers, and took for their manifests' bookkeeping.
+struct MemoryPool {
+    used: std::sync::Mutex<u64>,
+    limit: u64,
+}
+
+impl MemoryPool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl session::Pool for MemoryPool {
+    fn take(&self, bytes: u64) -> bool {
+        let mut used = self.lock();
+        if used.saturating_add(bytes) > self.limit {
+            return false;
+        }
+        *used += bytes;
+        true
+    }
+
+    fn give(&self, bytes: u64) {
+        let mut used = self.lock();
+        *used = used.saturating_sub(bytes);
+    }
+}
+
+/// A session's part of the daemon's memory, given back when dropped.
+struct Reserved<'a> {
+    pool: &'a MemoryPool,
+    bytes: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        session::Pool::give(self.pool, self.bytes);
     }
 }
 

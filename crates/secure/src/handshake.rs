@@ -21,6 +21,7 @@
 //! caller's: haul asks for and offers a UDP port there (P-3, P-23).
 
 use thiserror::Error;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::keys::{Keypair, PublicKey};
 
@@ -47,9 +48,16 @@ pub enum Direction {
 }
 
 /// The result of a handshake: material every stream key derives from.
+/// Wiped when dropped, as is every key derived from it (P-39).
 #[derive(Clone)]
 pub struct SessionKeys {
     secret: [u8; 32],
+}
+
+impl Drop for SessionKeys {
+    fn drop(&mut self) {
+        self.secret.zeroize();
+    }
 }
 
 impl SessionKeys {
@@ -67,21 +75,22 @@ impl SessionKeys {
         }
     }
 
-    /// The 32-byte key of one direction of one stream (stream 0 is control).
-    pub fn stream_key(&self, stream: u16, dir: Direction) -> [u8; 32] {
+    /// The 32-byte key of one direction of one stream (stream 0 is control),
+    /// wiped when dropped.
+    pub fn stream_key(&self, stream: u16, dir: Direction) -> Zeroizing<[u8; 32]> {
         let mut h = blake3::Hasher::new_derive_key("haul 2026-11 stream key v1");
         h.update(&self.secret)
             .update(&stream.to_le_bytes())
             .update(&[dir as u8]);
-        *h.finalize().as_bytes()
+        Zeroizing::new(*h.finalize().as_bytes())
     }
 
     /// Key for the datagrams one side sends on the UDP data channel (P-3, P-24),
-    /// distinct from every TCP stream's key.
-    pub fn datagram_key(&self, dir: Direction) -> [u8; 32] {
+    /// distinct from every TCP stream's key; wiped when dropped.
+    pub fn datagram_key(&self, dir: Direction) -> Zeroizing<[u8; 32]> {
         let mut h = blake3::Hasher::new_derive_key("haul 2026-11 datagram key v1");
         h.update(&self.secret).update(&[dir as u8]);
-        *h.finalize().as_bytes()
+        Zeroizing::new(*h.finalize().as_bytes())
     }
 
     /// A value both peers share and nobody else knows, used as the session id
@@ -141,6 +150,15 @@ pub struct ClientHandshake {
     server_random: Option<[u8; 32]>,
 }
 
+/// The randoms make the session secret: wiped with the handshake.
+impl Drop for ClientHandshake {
+    fn drop(&mut self) {
+        if let Some(r) = &mut self.server_random {
+            r.zeroize();
+        }
+    }
+}
+
 impl ClientHandshake {
     /// Starts a handshake; returns the state and message one to send.
     /// `greeting` is the cleartext exchanged before it (preamble, reply);
@@ -173,7 +191,7 @@ impl ClientHandshake {
     /// server's answer (what followed its random; trust it only once the
     /// key is).
     pub fn read_reply(&mut self, msg2: &[u8]) -> Result<(PublicKey, Vec<u8>), HandshakeError> {
-        let mut payload = vec![0u8; MAX_MSG];
+        let mut payload = Zeroizing::new(vec![0u8; MAX_MSG]);
         let n = self.hs.read_message(msg2, &mut payload)?;
         if !(32..=32 + MAX_EXTRA).contains(&n) {
             return Err(HandshakeError::Malformed("payload length"));
@@ -184,12 +202,13 @@ impl ClientHandshake {
 
     /// Writes message three, which proves the client's identity.
     pub fn finish(mut self) -> Result<(Vec<u8>, SessionKeys), HandshakeError> {
-        let server_random = self
-            .server_random
-            .ok_or(HandshakeError::Malformed("message two not read"))?;
-        let client_random = random32();
+        let server_random = Zeroizing::new(
+            self.server_random
+                .ok_or(HandshakeError::Malformed("message two not read"))?,
+        );
+        let client_random = Zeroizing::new(random32());
         let mut out = vec![0u8; MAX_MSG];
-        let n = self.hs.write_message(&client_random, &mut out)?;
+        let n = self.hs.write_message(&*client_random, &mut out)?;
         out.truncate(n);
         if !self.hs.is_handshake_finished() {
             return Err(HandshakeError::Malformed("handshake did not finish"));
@@ -203,6 +222,12 @@ impl ClientHandshake {
 pub struct ServerHandshake {
     hs: snow::HandshakeState,
     server_random: [u8; 32],
+}
+
+impl Drop for ServerHandshake {
+    fn drop(&mut self) {
+        self.server_random.zeroize();
+    }
 }
 
 impl ServerHandshake {
@@ -232,7 +257,7 @@ impl ServerHandshake {
         if answer.len() > MAX_EXTRA {
             return Err(HandshakeError::Malformed("message two's answer too long"));
         }
-        let payload = [&self.server_random[..], answer].concat();
+        let payload = Zeroizing::new([&self.server_random[..], answer].concat());
         let mut out = vec![0u8; MAX_MSG];
         let n = self.hs.write_message(&payload, &mut out)?;
         out.truncate(n);
@@ -242,9 +267,9 @@ impl ServerHandshake {
     /// Reads message three; returns the client's static key (the caller
     /// checks it against the authorized keys) and the session keys.
     pub fn finish(mut self, msg3: &[u8]) -> Result<(PublicKey, SessionKeys), HandshakeError> {
-        let mut payload = vec![0u8; MAX_MSG];
+        let mut payload = Zeroizing::new(vec![0u8; MAX_MSG]);
         let n = self.hs.read_message(msg3, &mut payload)?;
-        let client_random = take32(&payload[..n])?;
+        let client_random = Zeroizing::new(take32(&payload[..n])?);
         if !self.hs.is_handshake_finished() {
             return Err(HandshakeError::Malformed("handshake did not finish"));
         }
@@ -296,6 +321,18 @@ mod tests {
             ck.stream_key(3, Direction::ClientToServer),
             ck.stream_key(4, Direction::ClientToServer)
         );
+    }
+
+    #[test]
+    fn session_secrets_are_wiped_when_dropped() {
+        let (c, s) = (Keypair::generate(), Keypair::generate());
+        let keys = run(&c, &s).unwrap().2;
+        let mut keys = std::mem::ManuallyDrop::new(keys);
+        assert_ne!(keys.secret, [0; 32]);
+        // SAFETY: dropped once and never again; the destructor leaves a
+        // valid `[u8; 32]` behind, which is all that is read after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut keys) };
+        assert_eq!(keys.secret, [0; 32]);
     }
 
     #[test]

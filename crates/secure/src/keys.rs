@@ -1,5 +1,8 @@
 //! A host's long-term X25519 keypair, stored as two text files like ssh's:
 //! `NAME` (secret, mode 0600) and `NAME.pub` (`haul-x25519 HEX COMMENT`).
+//! The secret is wiped from memory when its [`Keypair`] is dropped, and so
+//! is every copy this crate makes of it on the way (the key file's text,
+//! `snow`'s generated keypair); P-39.
 
 use std::fmt;
 use std::fs;
@@ -8,6 +11,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
+use zeroize::{Zeroize, Zeroizing};
 
 const SECRET_TAG: &str = "haul-secret-x25519";
 /// First word of a public key line.
@@ -69,10 +73,17 @@ impl fmt::Debug for PublicKey {
     }
 }
 
-/// A static keypair. The secret never leaves this struct except into snow.
+/// A static keypair. The secret never leaves this struct except into snow,
+/// and is wiped when the keypair is dropped.
 pub struct Keypair {
     pub public: PublicKey,
     secret: [u8; 32],
+}
+
+impl Drop for Keypair {
+    fn drop(&mut self) {
+        self.secret.zeroize();
+    }
 }
 
 impl Keypair {
@@ -82,17 +93,19 @@ impl Keypair {
                 .parse()
                 .expect("static pattern parses"),
         );
-        let kp = builder
+        let mut kp = builder
             .generate_keypair()
             .expect("x25519 key generation cannot fail with the default resolver");
         let mut public = [0u8; 32];
-        let mut secret = [0u8; 32];
         public.copy_from_slice(&kp.public);
-        secret.copy_from_slice(&kp.private);
-        Keypair {
+        let mut pair = Keypair {
             public: PublicKey(public),
-            secret,
-        }
+            secret: [0u8; 32],
+        };
+        pair.secret.copy_from_slice(&kp.private);
+        // snow's keypair does not wipe itself.
+        kp.private.zeroize();
+        pair
     }
 
     /// A second copy, for a client that opens several sessions under one
@@ -137,7 +150,8 @@ impl Keypair {
             .mode(0o600)
             .open(path)
             .map_err(werr)?;
-        writeln!(f, "{SECRET_TAG} {}", wire::hex::encode(&self.secret)).map_err(werr)?;
+        let digits = Zeroizing::new(wire::hex::encode(&self.secret));
+        writeln!(f, "{SECRET_TAG} {}", digits.as_str()).map_err(werr)?;
         let pub_path = Self::public_path(path);
         fs::write(&pub_path, format!("{} {comment}\n", self.public)).map_err(|source| {
             KeyError::Write {
@@ -162,7 +176,7 @@ impl Keypair {
                 mode,
             });
         }
-        let text = fs::read_to_string(path).map_err(rerr)?;
+        let text = Zeroizing::new(fs::read_to_string(path).map_err(rerr)?);
         let malformed = |why: &str| KeyError::Malformed {
             path: path.to_path_buf(),
             why: why.to_string(),
@@ -171,14 +185,15 @@ impl Keypair {
         if words.next() != Some(SECRET_TAG) {
             return Err(malformed("expected a haul secret key"));
         }
-        let secret = words
-            .next()
-            .and_then(wire::hex::decode32)
-            .ok_or_else(|| malformed("bad key digits"))?;
-        let public = x25519_public(&secret);
+        let secret = Zeroizing::new(
+            words
+                .next()
+                .and_then(wire::hex::decode32)
+                .ok_or_else(|| malformed("bad key digits"))?,
+        );
         Ok(Keypair {
-            public: PublicKey(public),
-            secret,
+            public: PublicKey(x25519_public(&secret)),
+            secret: *secret,
         })
     }
 
@@ -191,7 +206,7 @@ impl Keypair {
     }
 }
 
-/// The X25519 public key of a secret scalar.
+/// The X25519 public key of a secret scalar (`StaticSecret` wipes its copy).
 fn x25519_public(secret: &[u8; 32]) -> [u8; 32] {
     x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(*secret)).to_bytes()
 }
@@ -223,6 +238,16 @@ mod tests {
             Keypair::load(&path),
             Err(KeyError::TooOpen { .. })
         ));
+    }
+
+    #[test]
+    fn the_secret_is_wiped_when_dropped() {
+        let mut kp = std::mem::ManuallyDrop::new(Keypair::generate());
+        assert_ne!(kp.secret, [0; 32]);
+        // SAFETY: dropped once and never again; the destructor leaves a
+        // valid `[u8; 32]` behind, which is all that is read after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut kp) };
+        assert_eq!(kp.secret, [0; 32]);
     }
 
     #[test]

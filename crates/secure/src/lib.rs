@@ -16,4 +16,4 @@ pub mod trust;
 pub use handshake::{ClientHandshake, Direction, HandshakeError, ServerHandshake, SessionKeys};
 pub use keys::{KeyError, Keypair, PublicKey};
 pub use seal::{DatagramKey, OpenError, Opener, Protection, Sealer};
-pub use trust::{AuthorizedKeys, HostKeyStatus, KnownHosts};
+pub use trust::{AuthorizedKeys, HostKeyStatus, KnownHosts, LoadedKeys};

@@ -4,10 +4,16 @@
 //! authorized-keys file (one `haul-x25519 HEX comment` per line). The client
 //! pins each server's key the first time it connects, in a known-hosts file
 //! of `HOST haul-x25519 HEX` lines, and refuses a server whose key changed.
+//!
+//! As sshd does, a line of the authorized-keys file that is not a key is
+//! skipped with a warning naming it, so one bad line does not lock every
+//! client out; and a file that others may write is warned about, since
+//! anyone who can write it can let themselves in (P-39).
 
 use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::keys::{KeyError, PublicKey};
@@ -18,30 +24,56 @@ pub struct AuthorizedKeys {
     keys: HashSet<PublicKey>,
 }
 
+/// An authorized-keys file as read: its keys, and what is wrong with it
+/// (each a line to log; the keys still apply).
+#[derive(Debug, Default)]
+pub struct LoadedKeys {
+    pub keys: AuthorizedKeys,
+    pub warnings: Vec<String>,
+}
+
 impl AuthorizedKeys {
-    /// Reads an authorized-keys file; blank lines and `#` comments are skipped.
-    pub fn load(path: &Path) -> Result<AuthorizedKeys, KeyError> {
+    /// Reads an authorized-keys file. Blank lines and `#` comments are
+    /// skipped, and so is any other line that is not a key, with a warning
+    /// naming its number; a file or directory others may write is warned
+    /// about too.
+    pub fn load(path: &Path) -> Result<LoadedKeys, KeyError> {
         let text = fs::read_to_string(path).map_err(|source| KeyError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|line| KeyError::Malformed {
-            path: path.to_path_buf(),
-            why: format!("line {line} is not a haul public key"),
-        })
+        let (keys, bad) = Self::parse(&text);
+        let mut warnings: Vec<String> = bad
+            .iter()
+            .map(|line| {
+                format!(
+                    "{}, line {line}: not a haul public key (`haul-x25519 HEX [comment]`); line skipped",
+                    path.display()
+                )
+            })
+            .collect();
+        warnings.extend(writable_by_others(path));
+        Ok(LoadedKeys { keys, warnings })
     }
 
-    /// Parses the file's text; `Err` holds the 1-based number of a bad line.
-    pub fn parse(text: &str) -> Result<AuthorizedKeys, usize> {
+    /// Parses the file's text: the keys, and the 1-based numbers of the
+    /// lines that are neither keys, blank nor comments (skipped).
+    pub fn parse(text: &str) -> (AuthorizedKeys, Vec<usize>) {
         let mut keys = HashSet::new();
+        let mut bad = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            keys.insert(PublicKey::parse(line).ok_or(i + 1)?);
+            match PublicKey::parse(line) {
+                Some(k) => {
+                    keys.insert(k);
+                }
+                None => bad.push(i + 1),
+            }
         }
-        Ok(AuthorizedKeys { keys })
+        (AuthorizedKeys { keys }, bad)
     }
 
     pub fn insert(&mut self, key: PublicKey) {
@@ -59,6 +91,38 @@ impl AuthorizedKeys {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+}
+
+/// A warning if `path`, or the directory holding it, may be written by its
+/// group or by others: whoever can write an authorized-keys file can add
+/// their own key (sshd's `StrictModes` refuses such a file; haul warns).
+/// Being readable is no risk: the file holds public keys only.
+pub fn writable_by_others(path: &Path) -> Option<String> {
+    let open = |p: &Path| {
+        fs::metadata(p)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+            .filter(|mode| mode & 0o022 != 0)
+    };
+    if let Some(mode) = open(path) {
+        return Some(format!(
+            "{} may be written by others (mode {mode:o}): anyone who can write it can let themselves in; run `chmod go-w {}`",
+            path.display(),
+            path.display()
+        ));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty())?;
+    let mode = open(dir)?;
+    // A sticky directory (like /tmp) lets others add files, not replace ours.
+    if mode & 0o1000 != 0 {
+        return None;
+    }
+    Some(format!(
+        "{} may be written by others (mode {mode:o}), who could replace {}; run `chmod go-w {}`",
+        dir.display(),
+        path.display(),
+        dir.display()
+    ))
 }
 
 /// What the client's pinned keys say of a server.
@@ -165,10 +229,64 @@ mod tests {
     fn authorized_keys_parse() {
         let a = Keypair::generate().public;
         let text = format!("# clients\n\n{a} alice@x\n");
-        let keys = AuthorizedKeys::parse(&text).unwrap();
+        let (keys, bad) = AuthorizedKeys::parse(&text);
         assert!(keys.contains(&a));
+        assert!(bad.is_empty());
         assert!(!keys.contains(&Keypair::generate().public));
-        assert_eq!(AuthorizedKeys::parse("hello\n").unwrap_err(), 1);
+        assert_eq!(AuthorizedKeys::parse("hello\n").1, [1]);
+    }
+
+    /// sshd skips a bad line and logs it; so does haul, naming the line,
+    /// and the keys on the other lines still get in.
+    #[test]
+    fn a_malformed_line_is_skipped_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("authorized_keys");
+        let (a, b) = (Keypair::generate().public, Keypair::generate().public);
+        fs::write(
+            &path,
+            format!("{a} alice\nssh-ed25519 AAAA bob\n\n{b} carol\nhaul-x25519 12\n"),
+        )
+        .unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let loaded = AuthorizedKeys::load(&path).unwrap();
+        assert!(loaded.keys.contains(&a) && loaded.keys.contains(&b));
+        assert_eq!(loaded.keys.len(), 2);
+        assert_eq!(loaded.warnings.len(), 2, "{:?}", loaded.warnings);
+        assert!(
+            loaded.warnings[0].contains("line 2:"),
+            "{}",
+            loaded.warnings[0]
+        );
+        assert!(
+            loaded.warnings[1].contains("line 5:"),
+            "{}",
+            loaded.warnings[1]
+        );
+        assert!(loaded.warnings[0].contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn a_file_or_directory_others_may_write_is_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("authorized_keys");
+        fs::write(&path, "").unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        // Readable by all is fine: public keys only.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(writable_by_others(&path), None);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o664)).unwrap();
+        let w = writable_by_others(&path).expect("group-writable file");
+        assert!(w.contains("chmod go-w"), "{w}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        let w = writable_by_others(&path).expect("world-writable directory");
+        assert!(w.contains("could replace"), "{w}");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(writable_by_others(&path), None, "sticky, like /tmp");
+        let loaded = AuthorizedKeys::load(&path).unwrap();
+        assert!(loaded.warnings.is_empty());
     }
 
     #[test]

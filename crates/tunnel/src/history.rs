@@ -23,9 +23,12 @@ const AVG_CHUNK: u32 = 8 << 10;
 const MAX_CHUNK: u32 = 32 << 10;
 
 /// Most positions a received frame may lie past the end of those all
-/// received: lanes skew by what they hold in flight, far less than this. A
-/// peer past it would have the receiver hold frames without end.
-pub const MAX_AHEAD: u64 = 1 << 30;
+/// received, and so the most a receiver holds ahead of them (P-39): lanes
+/// skew by what one holds up while it repairs a loss, a round trip or two
+/// of the session's rate (64 MiB at 1 Gbit/s and 500 ms). A peer past it
+/// (one that never sends some position) would otherwise have the receiver
+/// hold frames without end.
+pub const MAX_AHEAD: u64 = 256 << 20;
 
 /// Frames shorter than this are sent as they are (interactive traffic):
 /// cutting them costs more than it could save.
@@ -175,10 +178,17 @@ pub enum Resolve {
     Wait,
 }
 
-/// Why a frame cannot be rebuilt: the peer broke P-37.
+/// Why a frame cannot be rebuilt or kept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("tunnel history: {0}")]
-pub struct HistoryError(pub &'static str);
+pub enum HistoryError {
+    /// The peer broke P-37.
+    #[error("tunnel history: {0}")]
+    Broken(&'static str),
+    /// The frame lies past [`MAX_AHEAD`] of the positions all received:
+    /// holding it would pass the receiver's budget (P-39).
+    #[error("the peer's tunnel frames ran {} MiB ahead of those received, past the {} MiB the byte cache holds ahead (a lane stalled too long, or the peer skipped a position)", .0 >> 20, MAX_AHEAD >> 20)]
+    TooFarAhead(u64),
+}
 
 /// The receiving side's history.
 pub struct RecvHistory {
@@ -216,20 +226,22 @@ impl RecvHistory {
                 Piece::Basis { from, len } => {
                     let end = from
                         .checked_add(len as u64)
-                        .ok_or(HistoryError("copy past the end of positions"))?;
+                        .ok_or(HistoryError::Broken("copy past the end of positions"))?;
                     if end > pos || from < pos.saturating_sub(self.window / 2) {
-                        return Err(HistoryError("copy outside the frame's reach"));
+                        return Err(HistoryError::Broken("copy outside the frame's reach"));
                     }
                     if !self.received(from, end) {
                         return Ok(Resolve::Wait);
                     }
                     self.copy(from, len as usize, &mut out)?;
                 }
-                Piece::Cache { .. } => return Err(HistoryError("cache copy in a tunnel frame")),
+                Piece::Cache { .. } => {
+                    return Err(HistoryError::Broken("cache copy in a tunnel frame"))
+                }
             }
         }
         if out.len() != raw_len as usize {
-            return Err(HistoryError("frame length"));
+            return Err(HistoryError::Broken("frame length"));
         }
         Ok(Resolve::Ready(out))
     }
@@ -255,11 +267,11 @@ impl RecvHistory {
                 .frames
                 .range(..=from)
                 .next_back()
-                .ok_or(HistoryError("copy of bytes no longer held"))?;
+                .ok_or(HistoryError::Broken("copy of bytes no longer held"))?;
             let off = (from - start) as usize;
             let avail = f.len().checked_sub(off).filter(|a| *a > 0);
             let Some(avail) = avail else {
-                return Err(HistoryError("copy of bytes no longer held"));
+                return Err(HistoryError::Broken("copy of bytes no longer held"));
             };
             let n = avail.min(len);
             out.extend_from_slice(&f[off..off + n]);
@@ -273,10 +285,11 @@ impl RecvHistory {
     pub fn insert(&mut self, pos: u64, data: Vec<u8>) -> Result<(), HistoryError> {
         let end = pos + data.len() as u64;
         if data.is_empty() {
-            return Err(HistoryError("empty frame"));
+            return Err(HistoryError::Broken("empty frame"));
         }
-        if end - self.watermark.min(pos) > MAX_AHEAD {
-            return Err(HistoryError("frame too far ahead of those received"));
+        let ahead = end - self.watermark.min(pos);
+        if ahead > MAX_AHEAD {
+            return Err(HistoryError::TooFarAhead(ahead));
         }
         if pos < self.watermark
             || self
@@ -285,7 +298,7 @@ impl RecvHistory {
                 .next_back()
                 .is_some_and(|(_, e)| *e > pos)
         {
-            return Err(HistoryError("position given twice"));
+            return Err(HistoryError::Broken("position given twice"));
         }
         self.held += data.len() as u64;
         self.frames.insert(pos, data);
@@ -410,5 +423,20 @@ mod tests {
             rx.resolve(100, 10, &copy(0, 10)),
             Ok(Resolve::Ready(vec![1; 10]))
         );
+    }
+
+    /// A peer that never sends some position cannot make the receiver
+    /// hold frames past [`MAX_AHEAD`] of it (P-39); once the position
+    /// comes, the same frame fits.
+    #[test]
+    fn a_peer_that_skips_a_position_is_refused_past_the_budget() {
+        let mut rx = RecvHistory::new(1 << 20);
+        rx.insert(1, vec![1; 100]).unwrap();
+        let e = rx.insert(MAX_AHEAD - 50, vec![1; 100]).unwrap_err();
+        assert_eq!(e, HistoryError::TooFarAhead(MAX_AHEAD + 50));
+        assert!(e.to_string().contains("256 MiB"), "{e}");
+        assert_eq!(rx.held(), 100, "nothing of the refused frame is kept");
+        rx.insert(0, vec![1]).unwrap();
+        rx.insert(MAX_AHEAD - 50, vec![1; 100]).unwrap();
     }
 }

@@ -13,7 +13,9 @@ pub mod history;
 mod mux;
 
 pub use conn::ConnStats;
-pub use mux::{Ended, Event, Mux, MuxConfig, Read, Role, Stats, INITIAL_CREDIT, MAX_OPEN_AHEAD};
+pub use mux::{
+    Ended, Event, Mux, MuxConfig, Read, Role, Stats, CREDIT_BUDGET, INITIAL_CREDIT, MAX_OPEN_AHEAD,
+};
 
 /// A misuse by the driver, or a peer that broke the protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,4 +27,6 @@ pub enum MuxError {
     Usage(&'static str),
     #[error("{0} tunnelled connections are open; no more until one closes")]
     TooMany(usize),
+    #[error("the tunnelled connections hold all {0} MiB this side gives a session; no more until they drain")]
+    Budget(u64),
 }

@@ -10,7 +10,10 @@
 //! Flow control is per connection and per direction: a receiver gives
 //! credit (an absolute offset) and a sender frames nothing past it, so a
 //! slow local reader holds at most one window in the mux and never stalls
-//! the other connections. Frames of a connection may travel on any lane,
+//! the other connections while the session's budget lasts: all the credit
+//! given and not yet taken by local sockets stays within
+//! [`MuxConfig::budget`], so the peer can make this side hold no more
+//! (P-39). Frames of a connection may travel on any lane,
 //! in any order: data carries its offset, a stream's end carries its final
 //! offset, and credit only grows. Fairness: connections with bytes to send
 //! take turns, one frame of at most `quantum` bytes each (byte round-robin,
@@ -57,7 +60,15 @@ pub struct MuxConfig {
     pub quantum: usize,
     /// Most connections open at once; the server resets any beyond.
     pub max_conns: usize,
+    /// Most credit given and not yet taken by local sockets, over all
+    /// connections: the most the peer can make this side hold (P-39).
+    /// Past it, credit waits until local sockets take bytes, and a new
+    /// connection is refused.
+    pub budget: u64,
 }
+
+/// The default [`MuxConfig::budget`].
+pub const CREDIT_BUDGET: u64 = 256 << 20;
 
 impl Default for MuxConfig {
     fn default() -> Self {
@@ -66,6 +77,7 @@ impl Default for MuxConfig {
             send_buffer: 1 << 20,
             quantum: 64 << 10,
             max_conns: 1024,
+            budget: CREDIT_BUDGET,
         }
     }
 }
@@ -113,6 +125,18 @@ pub struct Mux {
     totals: ConnStats,
     closed: VecDeque<(u32, ConnStats)>,
     opened: u64,
+    /// Credit given and not yet taken, over the connections not reset:
+    /// at most `cfg.budget`.
+    held_credit: u64,
+}
+
+/// Credit `c` holds against the budget.
+fn claim(c: &Conn) -> u64 {
+    if c.reset.is_some() {
+        0
+    } else {
+        c.inc.credit - c.inc.taken
+    }
 }
 
 impl Mux {
@@ -120,6 +144,7 @@ impl Mux {
         let cfg = MuxConfig {
             quantum: cfg.quantum.clamp(1, MAX_TUNNEL_DATA),
             window: cfg.window.max(INITIAL_CREDIT),
+            budget: cfg.budget.max(INITIAL_CREDIT),
             ..cfg
         };
         Mux {
@@ -133,6 +158,7 @@ impl Mux {
             totals: ConnStats::default(),
             closed: VecDeque::new(),
             opened: 0,
+            held_credit: 0,
         }
     }
 
@@ -149,6 +175,9 @@ impl Mux {
         if self.conns.len() >= self.cfg.max_conns {
             return Err(MuxError::TooMany(self.cfg.max_conns));
         }
+        if self.credit_left() < INITIAL_CREDIT {
+            return Err(MuxError::Budget(self.cfg.budget >> 20));
+        }
         if self.next_id == u32::MAX {
             return Err(MuxError::Usage("connection ids exhausted"));
         }
@@ -163,14 +192,56 @@ impl Mux {
         Ok(id)
     }
 
+    /// Credit the budget has left to give.
+    fn credit_left(&self) -> u64 {
+        self.cfg.budget.saturating_sub(self.held_credit)
+    }
+
+    /// Creates `id` with the initial credit, which the peer has without
+    /// asking, and more up to a window as the budget allows.
     fn create(&mut self, id: u32) {
+        let extra = self
+            .credit_left()
+            .saturating_sub(INITIAL_CREDIT)
+            .min(self.cfg.window - INITIAL_CREDIT);
         let mut c = Conn::default();
         c.out.credit = INITIAL_CREDIT;
-        c.inc.credit = self.cfg.window;
+        c.inc.credit = INITIAL_CREDIT + extra;
         c.credit_sent = INITIAL_CREDIT;
+        self.held_credit += claim(&c);
         self.conns.insert(id, c);
         self.opened += 1;
         self.mark_dirty(id);
+    }
+
+    /// Renews `id`'s credit to a window past what its socket took, as far
+    /// as the budget allows.
+    fn grant(&mut self, id: u32) {
+        let (room, window) = (self.credit_left(), self.cfg.window);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if c.reset.is_some() || c.inc.fin_at.is_some() {
+            return;
+        }
+        let target = (c.inc.taken + window).min(c.inc.credit + room);
+        if target > c.inc.credit {
+            self.held_credit += target - c.inc.credit;
+            c.inc.credit = target;
+            self.mark_dirty(id);
+        }
+    }
+
+    /// Marks `id` reset with `reason`; what it held leaves the budget.
+    fn set_reset(&mut self, id: u32, reason: String) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            self.held_credit -= claim(c);
+            c.reset = Some(reason);
+            c.out.buf.clear();
+            c.inc.ready.clear();
+            c.inc.ready_len = 0;
+            c.inc.pending.clear();
+        }
     }
 
     fn mark_dirty(&mut self, id: u32) {
@@ -240,11 +311,8 @@ impl Mux {
         if c.reset.is_some() {
             return;
         }
-        c.reset = Some(reason.to_string());
         c.reset_unsent = true;
-        c.out.buf.clear();
-        c.inc.ready.clear();
-        c.inc.pending.clear();
+        self.set_reset(id, reason.to_string());
         self.mark_dirty(id);
     }
 
@@ -260,15 +328,18 @@ impl Mux {
             self.remove_if_finished(id);
             return Read::Reset(r);
         }
+        // Credit again once half the window was taken: one frame per half
+        // window, and the peer never waits on us while it has half a
+        // window in flight. A connection the budget kept short asks again
+        // each time its socket looks.
+        let renew = |c: &Conn| c.inc.fin_at.is_none() && c.inc.credit - c.inc.taken <= window / 2;
         if c.inc.ready_len > 0 {
             let data = c.inc.take(max.max(1));
             c.stats.to_app += data.len() as u64;
-            // Credit again once half the window was taken: one frame per
-            // half window, and the peer never waits on us while it has
-            // half a window in flight.
-            if c.inc.fin_at.is_none() && c.inc.credit - c.inc.taken <= window / 2 {
-                c.inc.credit = c.inc.taken + window;
-                self.mark_dirty(id);
+            let renew = renew(c);
+            self.held_credit -= data.len() as u64;
+            if renew {
+                self.grant(id);
             }
             return Read::Data(data);
         }
@@ -276,6 +347,9 @@ impl Mux {
             c.inc.eof_taken = true;
             self.remove_if_finished(id);
             return Read::Eof;
+        }
+        if renew(c) {
+            self.grant(id);
         }
         Read::Wait
     }
@@ -298,12 +372,21 @@ impl Mux {
                     return Err(MuxError::Protocol("tunnel connection id far ahead"));
                 }
                 for new in self.next_id..=id {
-                    self.create(new);
-                    if self.conns.len() > self.cfg.max_conns {
-                        let reason = format!(
+                    let full = if self.conns.len() >= self.cfg.max_conns {
+                        Some(format!(
                             "the tunnel server has {} connections open",
                             self.cfg.max_conns
-                        );
+                        ))
+                    } else if self.credit_left() < INITIAL_CREDIT {
+                        Some(format!(
+                            "the tunnel server's connections hold all {} MiB it gives a session; try again when they drain",
+                            self.cfg.budget >> 20
+                        ))
+                    } else {
+                        None
+                    };
+                    self.create(new);
+                    if let Some(reason) = full {
                         self.reset(new, &reason);
                         // No local socket will ever take this reset.
                         if let Some(c) = self.conns.get_mut(&new) {
@@ -343,14 +426,12 @@ impl Mux {
                 self.enter_ring(id);
             }
             TunnelFrame::Reset { reason, .. } => {
-                c.reset = Some(if reason.is_empty() {
+                let reason = if reason.is_empty() {
                     "reset by the peer".to_string()
                 } else {
                     reason
-                });
-                c.out.buf.clear();
-                c.inc.ready.clear();
-                c.inc.pending.clear();
+                };
+                self.set_reset(id, reason);
             }
         }
         Ok(())
@@ -445,6 +526,7 @@ impl Mux {
     fn remove_if_finished(&mut self, id: u32) {
         if self.conns.get(&id).is_some_and(Conn::finished) {
             let c = self.conns.remove(&id).expect("present");
+            self.held_credit -= claim(&c);
             let s = c.stats;
             self.totals.from_app += s.from_app;
             self.totals.to_app += s.to_app;
@@ -495,6 +577,12 @@ impl Mux {
     /// order): at most one window.
     pub fn held(&self, id: u32) -> u64 {
         self.conns.get(&id).map_or(0, |c| c.inc.held())
+    }
+
+    /// Credit given and not yet taken by local sockets, over all
+    /// connections: at most [`MuxConfig::budget`].
+    pub fn held_credit(&self) -> u64 {
+        self.held_credit
     }
 
     /// Resets every connection (the session ended).

@@ -2,12 +2,12 @@
 //! deliver frames in any order across lanes (each lane in order, like a
 //! TCP connection): whatever the interleaving, every connection's bytes
 //! arrive exactly, in order, followed by its end, and no receiver ever
-//! holds more than its window.
+//! holds more than its window, nor more credit than its budget (P-39).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
-use tunnel::{Event, Mux, MuxConfig, Read, Role};
+use tunnel::{Event, Mux, MuxConfig, MuxError, Read, Role, INITIAL_CREDIT};
 use wire::tunnel::TunnelFrame;
 
 const LANES: usize = 3;
@@ -38,6 +38,8 @@ struct Pair {
     known: std::collections::BTreeSet<u32>,
     /// Frames handled, round-trip encoded through the wire format.
     frames: u64,
+    /// Connections the server refused for its budget (P-39).
+    refused: std::collections::BTreeSet<u32>,
 }
 
 impl Pair {
@@ -53,11 +55,17 @@ impl Pair {
             window: cfg.window,
             known: Default::default(),
             frames: 0,
+            refused: Default::default(),
         }
     }
 
     fn open(&mut self) {
-        let id = self.muxes[0].open().expect("room for a connection");
+        let id = match self.muxes[0].open() {
+            Ok(id) => id,
+            // The client's budget is given out: no more until some drain.
+            Err(MuxError::Budget(_)) => return,
+            Err(e) => panic!("cannot open: {e}"),
+        };
         self.ids.push(id);
         self.flows.insert((id, 0), Flow::default());
         self.flows.insert((id, 1), Flow::default());
@@ -101,6 +109,10 @@ impl Pair {
             }
             // Like a socket, the end reads again until both sides end.
             Read::Eof => flow.eof = true,
+            // The server's budget was given out when the client opened it.
+            Read::Reset(r) if r.contains("it gives a session") => {
+                self.refused.insert(id);
+            }
             Read::Reset(r) => panic!("connection {id} reset: {r}"),
             Read::Wait | Read::Gone => {}
         }
@@ -134,13 +146,22 @@ impl Pair {
             assert!(self.ids.contains(&id), "server opened {id} the client gave");
             self.known.insert(id);
         }
-        for id in self.ids.clone() {
-            for s in 0..2 {
+        for s in 0..2 {
+            let mut held = 0;
+            for id in self.ids.clone() {
                 assert!(
                     self.muxes[s].held(id) <= self.window,
                     "side {s} holds more than a window of {id}"
                 );
+                held += self.muxes[s].held(id);
             }
+            let m = &self.muxes[s];
+            assert!(held <= m.held_credit(), "side {s} holds past its credit");
+            assert!(
+                m.held_credit() <= m.config().budget,
+                "side {s} gave {} of credit, past its budget",
+                m.held_credit()
+            );
         }
     }
 
@@ -182,6 +203,9 @@ impl Pair {
                     let f = &self.flows[&(id, 1 - side as u8)];
                     moved |= (f.got.len(), f.eof) != before;
                 }
+                // A connection the budget kept short is given credit when
+                // its socket looks again.
+                moved |= self.muxes[side].has_output();
             }
             if !moved {
                 break;
@@ -191,6 +215,9 @@ impl Pair {
 
     fn check(&self) {
         for ((id, dir), f) in &self.flows {
+            if self.refused.contains(id) {
+                continue;
+            }
             assert_eq!(
                 f.got.len() as u64,
                 f.sent,
@@ -205,9 +232,12 @@ impl Pair {
         }
         assert_eq!(self.muxes[0].live(), 0, "client connections all ended");
         assert_eq!(self.muxes[1].live(), 0, "server connections all ended");
-        let (c, s) = (self.muxes[0].stats().total, self.muxes[1].stats().total);
-        assert_eq!(c.from_app, s.to_app);
-        assert_eq!(s.from_app, c.to_app);
+        // Bytes written into a connection the server refused went nowhere.
+        if self.refused.is_empty() {
+            let (c, s) = (self.muxes[0].stats().total, self.muxes[1].stats().total);
+            assert_eq!(c.from_app, s.to_app);
+            assert_eq!(s.from_app, c.to_app);
+        }
     }
 }
 
@@ -290,12 +320,14 @@ proptest! {
         ops in prop::collection::vec(op(), 1..120),
         window_kib in 256u64..2048,
         quantum in 1usize..70_000,
+        budget_kib in 256u64..8192,
     ) {
         let cfg = MuxConfig {
             window: window_kib << 10,
             send_buffer: 100_000,
             quantum,
             max_conns: 64,
+            budget: budget_kib << 10,
         };
         run(cfg, &ops);
     }
@@ -432,4 +464,104 @@ fn the_server_refuses_connections_past_its_limit_and_frames_far_ahead() {
         c.handle(TunnelFrame::Fin { id: 1, end: 0 }).is_err(),
         "the client never opened 1"
     );
+}
+
+fn data(id: u32, offset: u64, len: usize) -> TunnelFrame {
+    TunnelFrame::Data {
+        id,
+        offset,
+        pos: 0,
+        codec: wire::CODEC_NONE,
+        raw_len: len as u32,
+        plain_len: len as u32,
+        data: vec![7; len],
+    }
+}
+
+/// The credit a mux gives stays within its budget: past it a client opens
+/// no more connections, a server resets new ones, and a connection kept
+/// short is given more once the local sockets take bytes (P-39).
+#[test]
+fn credit_stays_within_the_budget_and_comes_back_as_sockets_drain() {
+    let cfg = MuxConfig {
+        window: 512 << 10,
+        budget: 1 << 20,
+        ..MuxConfig::default()
+    };
+    let mut c = Mux::new(Role::Client, cfg);
+    assert!(c.open().is_ok() && c.open().is_ok());
+    assert_eq!(c.held_credit(), 1 << 20, "two windows: the budget");
+    assert_eq!(c.open(), Err(MuxError::Budget(1)));
+
+    let mut s = Mux::new(Role::Server, cfg);
+    s.handle(TunnelFrame::Credit {
+        id: 3,
+        max: INITIAL_CREDIT,
+    })
+    .unwrap();
+    let opened: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert_eq!(opened, vec![Event::Opened(1), Event::Opened(2)]);
+    let mut credits = BTreeMap::new();
+    while let Some(f) = s.poll_frame() {
+        match f {
+            TunnelFrame::Credit { id, max } => {
+                credits.insert(id, max);
+            }
+            TunnelFrame::Reset { id, reason } => {
+                assert_eq!(id, 3);
+                assert!(reason.contains("1 MiB"), "{reason}");
+            }
+            f => panic!("unexpected {f:?}"),
+        }
+    }
+    assert_eq!(credits[&1], 512 << 10);
+    assert_eq!(credits[&2], 512 << 10);
+    // Connection 1's peer sends out of order, which nothing takes; 2's
+    // sends its window, which its socket takes: 2 gets its credit back.
+    s.handle(data(1, 1, (512 << 10) - 1)).unwrap();
+    s.handle(data(2, 0, 512 << 10)).unwrap();
+    assert!(s.handle(data(2, 512 << 10, 1)).is_err(), "past the credit");
+}
+
+#[test]
+fn a_connection_kept_short_gets_credit_when_another_lets_go() {
+    let cfg = MuxConfig {
+        window: 512 << 10,
+        budget: 768 << 10,
+        ..MuxConfig::default()
+    };
+    let mut s = Mux::new(Role::Server, cfg);
+    let credits = |s: &mut Mux| {
+        let mut got = BTreeMap::new();
+        while let Some(f) = s.poll_frame() {
+            if let TunnelFrame::Credit { id, max } = f {
+                got.insert(id, max);
+            }
+        }
+        got
+    };
+    s.handle(TunnelFrame::Credit { id: 2, max: 1 }).unwrap();
+    // 1 has a window; 2 only the initial credit, all the budget had left.
+    let got = credits(&mut s);
+    assert_eq!(got.get(&1), Some(&(512 << 10)));
+    assert_eq!(got.get(&2), None, "the initial credit needs no frame");
+    assert_eq!(s.held_credit(), 768 << 10);
+    // 2's socket takes what its peer sent: it gets back only what it freed.
+    s.handle(data(2, 0, INITIAL_CREDIT as usize)).unwrap();
+    assert!(matches!(s.read(2, usize::MAX), Read::Data(d) if d.len() == INITIAL_CREDIT as usize));
+    assert_eq!(
+        credits(&mut s).get(&2),
+        Some(&(512 << 10)),
+        "half a window ahead"
+    );
+    assert_eq!(s.read(2, usize::MAX), Read::Wait);
+    assert!(credits(&mut s).is_empty(), "nothing left to give");
+    assert_eq!(s.held_credit(), 768 << 10);
+    // 1 is reset (its target refused): 2 gets a whole window once its
+    // socket looks again.
+    s.reset(1, "the target refused");
+    assert_eq!(s.held_credit(), 256 << 10);
+    assert_eq!(s.read(2, usize::MAX), Read::Wait);
+    assert_eq!(credits(&mut s).get(&2), Some(&(768 << 10)));
+    assert_eq!(s.held_credit(), 512 << 10);
 }

@@ -194,6 +194,12 @@ pub enum ErrorCode {
     /// Client only, never sent: ssh could not start the remote haul
     /// (ssh's own message says why), or haul is not installed there.
     Ssh = 13,
+    /// The server's policy refuses what was asked: less than full
+    /// encryption from a server that requires it (P-39).
+    Policy = 14,
+    /// A peer went past what it may make the other side hold: a tunnel's
+    /// frames too far ahead of those received (P-39).
+    Limit = 15,
 }
 
 impl ErrorCode {
@@ -211,6 +217,8 @@ impl ErrorCode {
             11 => ErrorCode::Integrity,
             12 => ErrorCode::Busy,
             13 => ErrorCode::Ssh,
+            14 => ErrorCode::Policy,
+            15 => ErrorCode::Limit,
             _ => ErrorCode::Other,
         }
     }

@@ -104,21 +104,35 @@ fn receive(
             let mut wire = 0u64;
             // Only authenticated datagrams count as hearing from the sender.
             let mut heard = false;
+            // A datagram no honest sender sends (S-6, S-7) ends the session.
+            let mut refused = None;
             let mut handle = |stamp: Option<Duration>, d: &mut [u8]| {
                 let len = d.len();
                 wire += (len + link.channel.header_overhead()) as u64;
+                if refused.is_some() {
+                    return;
+                }
                 match open(&link.recv_key, d) {
                     Some(Opened::Chunk { seq, header, data }) => {
                         heard = true;
-                        r.on_seq(now, seq, len);
-                        if let Some(c) = r.on_chunk(now, arrival_us(stamp), &header, data) {
-                            completed.push(c);
+                        let wanted = |f, i| sh.lock().wanted(f, i);
+                        let at = arrival_us(stamp);
+                        match r
+                            .on_seq(now, seq, len)
+                            .and_then(|_| r.on_chunk(now, at, &header, data, wanted))
+                        {
+                            Ok(Some(c)) => completed.push(c),
+                            Ok(None) => {}
+                            Err(e) => refused = Some(e),
                         }
                     }
                     Some(Opened::Signal { seq, signal }) => {
                         heard = true;
                         if seq >= DATA_SEQ_START {
-                            r.on_seq(now, seq, len);
+                            if let Err(e) = r.on_seq(now, seq, len) {
+                                refused = Some(e);
+                                return;
+                            }
                         }
                         if let Signal::Stats {
                             sent,
@@ -142,6 +156,10 @@ fn receive(
                 }
             }
             Progress::add(&p.wire_rx, wire);
+            if let Some(e) = refused {
+                sh.fail(TransferError::new(ErrorCode::Protocol, e.to_string()), true);
+                return Ok(());
+            }
             if heard {
                 last_heard = Instant::now();
                 bytes_heard += wire - (n as u64) * link.channel.header_overhead() as u64;

@@ -3,7 +3,9 @@
 //! from (NAT included); then the client probes the path MTU with
 //! don't-fragment datagrams that the server echoes at the same size, so
 //! both directions carry the size chosen. Set-up uses sequence numbers
-//! below `DATA_SEQ_START`.
+//! below `DATA_SEQ_START`: the server's responder answers at most
+//! [`SETUP_REPLIES_MAX`] datagrams, so however many a peer sends (or
+//! replays), its numbers never reach the transfer's (P-39).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use secure::DatagramKey;
 use udp::{RecvBatch, UdpChannel};
-use wire::datagram::{Signal, MIN_PAYLOAD};
+use wire::datagram::{Signal, DATA_SEQ_START, MIN_PAYLOAD};
 
 use super::{open, seal_signal, Opened};
 
@@ -19,6 +21,12 @@ use super::{open, seal_signal, Opened};
 const JUMBO_MTU: usize = 9000;
 /// Early transfer datagrams the server keeps for the receiver.
 const BACKLOG: usize = 4096;
+
+/// Most datagrams the server's set-up responder sends in one session: a
+/// hello's answer and every probe echo of set-up and of `haul probe`
+/// (about 1 000), many times over. Its sequence numbers stay below this.
+pub const SETUP_REPLIES_MAX: u64 = 1 << 20;
+const _: () = assert!(SETUP_REPLIES_MAX < DATA_SEQ_START);
 
 /// Why the channel could not be set up, for the fallback notice or error.
 #[derive(Debug)]
@@ -176,11 +184,28 @@ pub fn client(
 /// transfer's datagrams that arrived before `stop` (the client starts
 /// sending as soon as it has chosen), for the receiver to take first.
 pub fn serve(
-    mut channel: UdpChannel,
+    channel: UdpChannel,
     session: [u8; 16],
     send_key: &DatagramKey,
     recv_key: &DatagramKey,
     stop: &AtomicBool,
+) -> (UdpChannel, Vec<Vec<u8>>) {
+    serve_within(
+        channel,
+        session,
+        (send_key, recv_key),
+        stop,
+        SETUP_REPLIES_MAX,
+    )
+}
+
+/// [`serve`], answering at most `most` datagrams.
+fn serve_within(
+    mut channel: UdpChannel,
+    session: [u8; 16],
+    (send_key, recv_key): (&DatagramKey, &DatagramKey),
+    stop: &AtomicBool,
+    most: u64,
 ) -> (UdpChannel, Vec<Vec<u8>>) {
     let mut backlog = Vec::new();
     let mut batch = RecvBatch::default();
@@ -218,6 +243,15 @@ pub fn serve(
                 }
             }
             if channel.peer() != Some(from) {
+                continue;
+            }
+            if seq >= most {
+                if seq == most {
+                    tracing::warn!(
+                        "UDP set-up: the client sent more than {most} hellos and probes; answering no more"
+                    );
+                    seq += 1;
+                }
                 continue;
             }
             let d = seal_signal(send_key, seq, &reply);
@@ -339,6 +373,44 @@ mod tests {
             stop.store(true, Ordering::Release);
             let (server, _) = h.join().unwrap();
             assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
+        });
+    }
+
+    /// However many hellos and probes arrive (a peer's, or replays of
+    /// them), the responder answers a bounded number, so its sequence
+    /// numbers never reach the transfer's (P-39).
+    #[test]
+    fn the_responder_answers_a_bounded_number_of_datagrams() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve_within(server, [7; 16], (&s2c, &c2s), &stop, 3));
+            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            // The hello and a probe, then five probes more: eight asked.
+            let hello = client_hello(&mut c, addr, [7; 16], &c2s).unwrap();
+            for seq in hello.seq..hello.seq + 6 {
+                let d = seal_signal(&c2s, seq, &Signal::Probe(MIN_PAYLOAD));
+                c.send(&d, d.len(), Duration::from_millis(100)).unwrap();
+            }
+            let mut batch = RecvBatch::default();
+            let (mut answers, mut highest) = (0, 0);
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
+                    batch.for_each(|_, d| {
+                        if let Some(Opened::Signal { seq, .. }) = open(&s2c, d) {
+                            answers += 1;
+                            highest = highest.max(seq);
+                        }
+                    });
+                }
+            }
+            stop.store(true, Ordering::Release);
+            h.join().unwrap();
+            assert_eq!(answers, 3);
+            assert_eq!(highest, 2);
         });
     }
 }

@@ -18,6 +18,7 @@ use crate::error::TransferError;
 use crate::net::{self, Tuning};
 use crate::ports::PortRange;
 use crate::server::{serve_on, ClientKeys, ServerConfig};
+use crate::tunnel::TunnelTargets;
 
 pub struct StdioOptions {
     /// Confine the client to this tree (paths relative to it, like a
@@ -33,6 +34,18 @@ pub struct StdioOptions {
     pub tuning: Tuning,
     /// `--cache`: the chunk cache of files pushed here (P-31).
     pub cache: Option<std::sync::Arc<store::ChunkCache>>,
+    /// `--tunnel-to`: where tunnels may go. Without any, see
+    /// [`TunnelTargets::for_stdio`].
+    pub tunnel_to: Vec<String>,
+    /// `--require-encryption` (P-39).
+    pub require_encryption: bool,
+}
+
+/// Whether sshd runs this as a forced command (`command=` in
+/// `authorized_keys`, or `ForceCommand`): it then keeps what the client
+/// asked for in `SSH_ORIGINAL_COMMAND`.
+fn forced_command() -> bool {
+    std::env::var_os("SSH_ORIGINAL_COMMAND").is_some()
 }
 
 /// The address sshd took the connection on, from `SSH_CONNECTION`
@@ -106,6 +119,8 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         ));
     }
 
+    let tunnel_to =
+        TunnelTargets::for_stdio(opts.tunnel_to, opts.root.is_some() || forced_command());
     let (root, base) = match opts.root {
         Some(r) => (r, None),
         None => {
@@ -123,8 +138,10 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         max_sessions: 4,
         data_ports: opts.data_ports,
         cache: opts.cache,
-        // The ssh user could run anything on this host: like `ssh -L`.
-        tunnel_to: crate::tunnel::TunnelTargets::Any,
+        tunnel_to,
+        require_encryption: opts.require_encryption,
+        max_tunnels: 4,
+        memory: crate::server::DAEMON_MEMORY,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

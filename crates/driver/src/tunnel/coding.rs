@@ -8,7 +8,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use codec::{Codec, Coder};
-use tunnel::history::{pieces, Planned, RecvHistory, Resolve, SendHistory};
+use tunnel::history::{pieces, HistoryError, Planned, RecvHistory, Resolve, SendHistory};
 use wire::tunnel::TunnelFrame;
 use wire::{ErrorCode, CODEC_DELTA, CODEC_LZ4, CODEC_NONE};
 
@@ -174,7 +174,14 @@ impl Coding {
             hist.lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(pos, raw.clone())
-                .map_err(|e| bad(e.to_string()))?;
+                .map_err(|e| match e {
+                    // Past the memory the byte cache may hold (P-39).
+                    HistoryError::TooFarAhead(_) => TransferError::new(
+                        ErrorCode::Limit,
+                        format!("{e}; the tunnel session is ended"),
+                    ),
+                    HistoryError::Broken(_) => bad(e.to_string()),
+                })?;
             cv.notify_all();
         }
         Ok(TunnelFrame::Data {

@@ -1,14 +1,18 @@
 //! A tunnel's lanes (P-37): the session's data connections, each with a
 //! writer thread taking frames from the mux and a reader thread giving it
-//! the frames that arrive.
+//! the frames that arrive. A lane frame is at most [`LANE_FRAME_MAX`], and
+//! what it decodes to goes to the mux (which checks it against the credit
+//! given) a megabyte at a time, so a peer cannot make a lane hold more
+//! (P-39).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use wire::tunnel::TunnelFrame;
 use wire::ErrorCode;
 
-use super::Shared;
+use super::{Shared, LANE_FRAME_MAX};
 use crate::error::TransferError;
 use crate::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
 use crate::join::DataConn;
@@ -21,9 +25,17 @@ const BATCH: usize = 256 << 10;
 /// waits behind at most this much of a bulk one on each lane.
 const LANE_NOTSENT: usize = 128 << 10;
 
+/// Decoded bytes a lane's reader gathers before handing them to the mux.
+const HAND_AT: usize = 1 << 20;
+
+// A lane frame is a batch and one frame more, coded no longer than plain.
+const _: () =
+    assert!(BATCH + wire::tunnel::MAX_TUNNEL_PLAIN + (64 << 10) <= LANE_FRAME_MAX as usize);
+
 pub(super) fn start(shared: &Arc<Shared>, conns: Vec<DataConn>) -> Vec<JoinHandle<()>> {
     let mut handles = Vec::new();
-    for (i, DataConn { reader, writer }) in conns.into_iter().enumerate() {
+    for (i, DataConn { mut reader, writer }) in conns.into_iter().enumerate() {
+        reader.set_max_len(LANE_FRAME_MAX);
         net::set_notsent_lowat(writer.get_ref(), LANE_NOTSENT);
         if let Ok(s) = writer.get_ref().try_clone() {
             shared
@@ -72,6 +84,10 @@ fn write_lane(shared: &Shared, mut w: FrameWriter) {
                 taken += f.encoded_len();
                 frames.push(f);
             }
+            if !frames.is_empty() {
+                // A session ending waits for these to be written.
+                shared.writing.fetch_add(1, Ordering::AcqRel);
+            }
         }
         // Bytes left the connections' send buffers: their readers may go on.
         shared.cv.notify_all();
@@ -92,7 +108,10 @@ fn write_lane(shared: &Shared, mut w: FrameWriter) {
                 mux.note_wire(id, n, 0);
             }
         }
-        if let Err(e) = w.send_in_place(&mut buf) {
+        let sent = w.send_in_place(&mut buf);
+        shared.writing.fetch_sub(1, Ordering::AcqRel);
+        shared.cv.notify_all();
+        if let Err(e) = sent {
             shared.fail(TransferError::lost("sending on a tunnel lane", &e));
             return;
         }
@@ -115,7 +134,15 @@ fn read_lane(shared: &Shared, mut r: FrameReader) {
             }
             Err(e) => {
                 if !shared.stopped() {
-                    shared.fail(e.into_transfer("receiving on a tunnel lane"));
+                    // A lost connection is not the peer's doing to report;
+                    // a frame too long, or one that fails to open, is.
+                    let lost = matches!(e, FrameError::Io(_));
+                    let e = e.into_transfer("receiving on a tunnel lane");
+                    if lost {
+                        shared.fail(e);
+                    } else {
+                        shared.fail_ours(e);
+                    }
                 }
                 return;
             }
@@ -123,32 +150,49 @@ fn read_lane(shared: &Shared, mut r: FrameReader) {
         let frames = match TunnelFrame::decode_all(body) {
             Ok(f) => f,
             Err(e) => {
-                shared.fail(FrameError::Decode(e).into_transfer("receiving on a tunnel lane"));
+                shared.fail_ours(FrameError::Decode(e).into_transfer("receiving on a tunnel lane"));
                 return;
             }
         };
         let mut plain = Vec::with_capacity(frames.len());
-        for f in frames {
+        let mut gathered = 0;
+        let count = frames.len();
+        for (i, f) in frames.into_iter().enumerate() {
             let len = f.encoded_len() as u64;
             match shared.coding.decode(f, &mut coder, || shared.stopped()) {
-                Ok(f) => plain.push((f, len)),
+                Ok(f) => {
+                    gathered += f.encoded_len();
+                    plain.push((f, len));
+                }
                 Err(e) => {
-                    shared.fail(e);
+                    shared.fail_ours(e);
                     return;
                 }
             }
-        }
-        let mut mux = shared.lock();
-        for (f, len) in plain {
-            let id = f.id();
-            if let Err(e) = mux.handle(f) {
-                drop(mux);
-                shared.fail(TransferError::new(ErrorCode::Protocol, e.to_string()));
+            if (gathered >= HAND_AT || i + 1 == count) && !hand(shared, &mut plain) {
                 return;
             }
-            mux.note_wire(id, 0, len);
+            if plain.is_empty() {
+                gathered = 0;
+            }
         }
-        drop(mux);
-        shared.cv.notify_all();
     }
+}
+
+/// Hands decoded frames to the mux; false if one broke P-37 (the session
+/// then ends).
+fn hand(shared: &Shared, plain: &mut Vec<(TunnelFrame, u64)>) -> bool {
+    let mut mux = shared.lock();
+    for (f, len) in plain.drain(..) {
+        let id = f.id();
+        if let Err(e) = mux.handle(f) {
+            drop(mux);
+            shared.fail_ours(TransferError::new(ErrorCode::Protocol, e.to_string()));
+            return false;
+        }
+        mux.note_wire(id, 0, len);
+    }
+    drop(mux);
+    shared.cv.notify_all();
+    true
 }

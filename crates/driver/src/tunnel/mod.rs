@@ -44,6 +44,16 @@ pub struct Options {
 /// How the server's connect to the target may take.
 pub const TARGET_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest frame a lane carries (P-37, P-39).
+pub const LANE_FRAME_MAX: u32 = 1 << 20;
+
+/// The most a tunnel peer can make this side hold, lanes aside (P-39): the
+/// receive credit of all its connections ([`tunnel::CREDIT_BUDGET`]) and
+/// the byte cache, what copies may still name and what arrived ahead of a
+/// missing position ([`tunnel::history::MAX_AHEAD`]). 544 MiB.
+pub const SESSION_HELD: u64 =
+    tunnel::CREDIT_BUDGET + HISTORY_WINDOW / 2 + tunnel::history::MAX_AHEAD;
+
 /// The receive window of each tunnelled connection: four times the path's
 /// bandwidth-delay product at 1 Gbit/s, between 1 and 128 MiB (P-37). One
 /// connection's frames cross on several lanes and are delivered in order,
@@ -67,7 +77,17 @@ pub(crate) struct Shared {
     /// stays blocked on a silent peer.
     lanes: Mutex<Vec<TcpStream>>,
     coding: coding::Coding,
+    /// The control connection's writer, held open while the session runs:
+    /// closing it would end the session at the peer. It carries only the
+    /// `Error` of a session this side ends.
+    ctrl: Mutex<Option<FrameWriter>>,
+    /// Lane writers holding frames taken from the mux, not yet written.
+    writing: std::sync::atomic::AtomicUsize,
 }
+
+/// How long a session this side ends waits for its lanes to carry the
+/// connections' resets, with their reason, before it shuts them.
+const RESET_GRACE: Duration = Duration::from_millis(500);
 
 impl Shared {
     fn new(role: Role, opts: Options, progress: Arc<Progress>) -> Arc<Shared> {
@@ -79,6 +99,8 @@ impl Shared {
             error: Mutex::new(None),
             progress,
             lanes: Mutex::new(Vec::new()),
+            ctrl: Mutex::new(None),
+            writing: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -101,17 +123,53 @@ impl Shared {
     /// Ends the session: the first error is kept, every connection reset,
     /// every thread woken.
     fn fail(&self, e: TransferError) {
-        {
+        self.end(e, false);
+    }
+
+    /// Ends the session for what this side found wrong with the peer's
+    /// frames (P-37, P-39): the peer is told, with an `Error` on control
+    /// and, as far as the lanes still carry them, every connection's reset
+    /// with the reason.
+    fn fail_ours(&self, e: TransferError) {
+        self.end(e, true);
+    }
+
+    fn end(&self, e: TransferError, tell: bool) {
+        let first = {
             let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.is_none() {
+            let first = slot.is_none();
+            if first {
                 *slot = Some(e.clone());
             }
+            first
+        };
+        let tell = tell && first;
+        if tell {
+            if let Some(w) = self.ctrl.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                let _ = w.send_msg(&wire::Msg::Error {
+                    code: e.code,
+                    message: e.message.clone(),
+                });
+            }
         }
+        // Stopped only once the resets are queued, under the mux's lock: a
+        // lane's writer stops when it finds the session stopped and
+        // nothing to send.
+        let mut mux = self.lock();
+        mux.reset_all(&format!("the tunnel session ended: {}", e.message));
         self.stop.store(true, Ordering::Release);
-        self.lock()
-            .reset_all(&format!("the tunnel session ended: {}", e.message));
         self.cv.notify_all();
         self.coding.wake();
+        // The lanes' writers go on while the mux has frames, resets
+        // included; a while only, for a peer that reads nothing.
+        let until = std::time::Instant::now() + RESET_GRACE;
+        while tell
+            && (mux.has_output() || self.writing.load(Ordering::Acquire) > 0)
+            && std::time::Instant::now() < until
+        {
+            mux = self.wait(mux);
+        }
+        drop(mux);
         for s in self.lanes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
@@ -207,11 +265,9 @@ impl Session {
 /// Watches the control connection of a tunnel session: an `Error` from
 /// the peer, or its close, ends the session.
 fn watch_control(shared: &Arc<Shared>, mut ctrl_r: FrameReader, ctrl_w: FrameWriter) {
+    *shared.ctrl.lock().unwrap_or_else(|p| p.into_inner()) = Some(ctrl_w);
     let shared = shared.clone();
     std::thread::spawn(move || {
-        // Kept open while the session runs: closing it would end the
-        // session at the peer.
-        let _ctrl_w = ctrl_w;
         let e = match ctrl_r.read_msg() {
             Ok(Some(wire::Msg::Error { code, message })) => {
                 TransferError::new(code, format!("peer: {message}"))

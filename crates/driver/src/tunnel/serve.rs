@@ -28,6 +28,29 @@ pub enum TunnelTargets {
 }
 
 impl TunnelTargets {
+    /// A daemon's: the targets `--tunnel-to` lists, or none.
+    pub fn listed(targets: Vec<String>) -> TunnelTargets {
+        if targets.is_empty() {
+            TunnelTargets::None
+        } else {
+            TunnelTargets::Only(targets)
+        }
+    }
+
+    /// A server started over ssh (P-27, P-39): the targets `--tunnel-to`
+    /// lists. Without any, anywhere for an unconfined login, whose user
+    /// could run any program there anyway (like `ssh -L`); but nowhere,
+    /// as a daemon, for one that is `confined` (by `--root`, or by a
+    /// forced command in `authorized_keys`, which may well mean
+    /// `no-port-forwarding`).
+    pub fn for_stdio(targets: Vec<String>, confined: bool) -> TunnelTargets {
+        if targets.is_empty() && !confined {
+            TunnelTargets::Any
+        } else {
+            TunnelTargets::listed(targets)
+        }
+    }
+
     /// Whether a client may tunnel to `target`; the refusal says how to
     /// allow it.
     pub fn check(&self, target: &str) -> Result<(), TransferError> {
@@ -40,7 +63,7 @@ impl TunnelTargets {
                 list.join(", ")
             )),
             TunnelTargets::None => refuse(format!(
-                "this server forwards no tunnels; start it with `haul serve --tunnel-to {target}` to allow this one"
+                "this server forwards no tunnels: its `haul serve` has no --tunnel-to (over ssh: none when confined by --root or a forced command); add `--tunnel-to {target}` to allow this one"
             )),
         }
     }
@@ -145,5 +168,23 @@ mod tests {
         );
         let e = TunnelTargets::None.check("x:1").unwrap_err();
         assert!(e.message.contains("forwards no tunnels"), "{}", e.message);
+        assert!(e.message.contains("--tunnel-to x:1"), "{}", e.message);
+    }
+
+    /// Over ssh, `--tunnel-to` is honoured; without it a confined login
+    /// (`--root`, a forced command) forwards nowhere, as a daemon does,
+    /// and an unconfined one anywhere, as `ssh -L` would (P-39).
+    #[test]
+    fn a_server_started_over_ssh_forwards_as_confined() {
+        let listed = vec!["127.0.0.1:5432".to_string()];
+        for confined in [false, true] {
+            assert_eq!(
+                TunnelTargets::for_stdio(listed.clone(), confined),
+                TunnelTargets::Only(listed.clone())
+            );
+        }
+        assert_eq!(TunnelTargets::for_stdio(vec![], true), TunnelTargets::None);
+        assert_eq!(TunnelTargets::for_stdio(vec![], false), TunnelTargets::Any);
+        assert_eq!(TunnelTargets::listed(vec![]), TunnelTargets::None);
     }
 }
