@@ -193,39 +193,43 @@ impl Case {
 
 // --- Crafted source trees, pushed by the stock client. ---
 
-/// Issue case 1: `.x.haul.part`, a link out of the root, beside `x`.
-#[test]
-fn push_temporary_name_is_a_link_out_of_the_root() {
-    let case = Case::new("push: .x.haul.part links out", &[]);
-    case.link("src/.x.haul.part", &case.outside.path("victim.txt"));
-    fs::write(case.src("src/x"), random_bytes(100_000, 1)).unwrap();
-    let ran = case.push(&["-r"], "src", "/dst");
+/// Pushes a tree holding `src/NAME`, a link out of the root, beside
+/// `src/x` (`size` bytes): nothing outside changes, and a transfer that
+/// goes on places `x` whole.
+fn push_link_named_like_a_temporary(name: &'static str, link_name: &str, size: usize, seed: u64) {
+    let case = Case::new(name, &[]);
+    case.link(
+        &format!("src/{link_name}"),
+        &case.outside.path("victim.txt"),
+    );
+    fs::write(case.src("src/x"), random_bytes(size, seed)).unwrap();
+    let ran = case.push(&["-r", "--block-size", "64K"], "src", "/dst");
     case.outside_unchanged();
     if assert_refused_or_ok(&ran, RESERVED, case.name) {
         assert_eq!(
             fs::read(case.dst("src/x")).unwrap(),
-            random_bytes(100_000, 1)
+            random_bytes(size, seed)
         );
     }
     case.finish();
+}
+
+/// Issue case 1: `.x.haul.part`, a link out of the root, beside `x`.
+#[test]
+fn push_temporary_name_is_a_link_out_of_the_root() {
+    push_link_named_like_a_temporary("push: .x.haul.part links out", ".x.haul.part", 100_000, 1);
 }
 
 /// Issue case 1, by the journal: `.x.haul.journal` links out, and `x` is
 /// several blocks, so it keeps a journal.
 #[test]
 fn push_journal_name_is_a_link_out_of_the_root() {
-    let case = Case::new("push: .x.haul.journal links out", &[]);
-    case.link("src/.x.haul.journal", &case.outside.path("victim.txt"));
-    fs::write(case.src("src/x"), random_bytes(300_000, 2)).unwrap();
-    let ran = case.push(&["-r", "--block-size", "64K"], "src", "/dst");
-    case.outside_unchanged();
-    if assert_refused_or_ok(&ran, RESERVED, case.name) {
-        assert_eq!(
-            fs::read(case.dst("src/x")).unwrap(),
-            random_bytes(300_000, 2)
-        );
-    }
-    case.finish();
+    push_link_named_like_a_temporary(
+        "push: .x.haul.journal links out",
+        ".x.haul.journal",
+        300_000,
+        2,
+    );
 }
 
 /// Issue case 4: `--delete` through a link an earlier push left.

@@ -146,22 +146,31 @@ fn own_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Creates `dir` if missing and takes its lock; `None` if another process
+/// holds it.
+fn lock_dir(dir: &Path) -> Result<Option<File>, StoreError> {
+    fs::create_dir_all(dir).map_err(|e| StoreError::io("create the cache", dir, &e))?;
+    let lock_path = dir.join("lock");
+    let lock = no_follow()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| StoreError::io("open", &lock_path, &e))?;
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(None);
+    }
+    Ok(Some(lock))
+}
+
 impl ChunkCache {
     /// Opens (creating) the cache in `dir`, at most `limit` bytes of
     /// chunks. `Ok(None)`: another process is using it.
     pub fn open(dir: &Path, limit: u64) -> Result<Option<ChunkCache>, StoreError> {
-        fs::create_dir_all(dir).map_err(|e| StoreError::io("create the cache", dir, &e))?;
-        let lock_path = dir.join("lock");
-        let lock = no_follow()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::io("open", &lock_path, &e))?;
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let Some(lock) = lock_dir(dir)? else {
             return Ok(None);
-        }
+        };
         let mut inner = Inner {
             index: HashMap::new(),
             segs: BTreeMap::new(),
@@ -214,18 +223,9 @@ impl ChunkCache {
     /// client's in the same directory) is removed, since its chunks cannot
     /// be told apart by client. `Ok(None)`: another process is using it.
     pub fn open_per_peer(dir: &Path, limit: u64) -> Result<Option<ChunkCache>, StoreError> {
-        fs::create_dir_all(dir).map_err(|e| StoreError::io("create the cache", dir, &e))?;
-        let lock_path = dir.join("lock");
-        let lock = no_follow()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::io("open", &lock_path, &e))?;
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let Some(lock) = lock_dir(dir)? else {
             return Ok(None);
-        }
+        };
         let mut shared = 0;
         if let Ok(rd) = fs::read_dir(dir) {
             for e in rd.flatten() {
