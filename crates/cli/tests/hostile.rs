@@ -232,38 +232,58 @@ fn push_journal_name_is_a_link_out_of_the_root() {
     );
 }
 
+/// An earlier push leaves `dst/NAME` as a link out of the root; a second
+/// push with `flags` sends a directory `NAME` (of `mode`, if given): the
+/// link is never followed, and a transfer that goes on leaves a real
+/// directory there.
+fn push_dir_over_a_left_link(
+    name: &'static str,
+    entry: &str,
+    outside: &str,
+    flags: &[&str],
+    mode: Option<u32>,
+) {
+    let case = Case::new(name, &[]);
+    case.link(&format!("s1/{entry}"), &case.outside.path(outside));
+    case.push_ok(&["-r"], "s1/", "/dst/");
+    let dir = case.src(&format!("s2/{entry}"));
+    fs::create_dir_all(&dir).unwrap();
+    if let Some(mode) = mode {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let mut args = vec!["-r"];
+    args.extend_from_slice(flags);
+    let ran = case.push(&args, "s2/", "/dst/");
+    case.outside_unchanged();
+    if assert_refused_or_ok(&ran, ESCAPE, case.name) {
+        let m = fs::symlink_metadata(case.dst(entry)).unwrap();
+        assert!(m.is_dir(), "[{}] dst/{entry} is not a directory", case.name);
+    }
+    case.finish();
+}
+
 /// Issue case 4: `--delete` through a link an earlier push left.
 #[test]
 fn push_delete_does_not_follow_a_link_left_in_the_destination() {
-    let case = Case::new("push: --delete through a link left before", &[]);
-    case.link("s1/d", &case.outside.path("vdir"));
-    case.push_ok(&["-r"], "s1/", "/dst/");
-    fs::create_dir_all(case.src("s2/d")).unwrap();
-    let ran = case.push(&["-r", "--delete"], "s2/", "/dst/");
-    case.outside_unchanged();
-    if assert_refused_or_ok(&ran, ESCAPE, case.name) {
-        let m = fs::symlink_metadata(case.dst("d")).unwrap();
-        assert!(m.is_dir(), "[{}] dst/d is not a directory", case.name);
-    }
-    case.finish();
+    push_dir_over_a_left_link(
+        "push: --delete through a link left before",
+        "d",
+        "vdir",
+        &["--delete"],
+        None,
+    );
 }
 
 /// Issue case 5: `-p` applies a directory's mode and time through a link.
 #[test]
 fn push_preserve_does_not_follow_a_link_left_in_the_destination() {
-    let case = Case::new("push: -p through a link left before", &[]);
-    case.link("s1/e", &case.outside.path("pdir"));
-    case.push_ok(&["-r"], "s1/", "/dst/");
-    let e = case.src("s2/e");
-    fs::create_dir_all(&e).unwrap();
-    fs::set_permissions(&e, fs::Permissions::from_mode(0o1777)).unwrap();
-    let ran = case.push(&["-r", "-p"], "s2/", "/dst/");
-    case.outside_unchanged();
-    if assert_refused_or_ok(&ran, ESCAPE, case.name) {
-        let m = fs::symlink_metadata(case.dst("e")).unwrap();
-        assert!(m.is_dir(), "[{}] dst/e is not a directory", case.name);
-    }
-    case.finish();
+    push_dir_over_a_left_link(
+        "push: -p through a link left before",
+        "e",
+        "pdir",
+        &["-p"],
+        Some(0o1777),
+    );
 }
 
 /// Issue case 6: dedup reads the file a destination link points to and

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -286,15 +286,8 @@ pub fn run_client(mut c: Command, limit: Duration) -> Ran {
     limit_memory(&mut c);
     let mut child = c.spawn().expect("start the client");
     let pid = child.id() as libc::pid_t;
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let out = super::common::drain(Box::new(child.stdout.take().unwrap()));
+    let err = super::common::drain(Box::new(child.stderr.take().unwrap()));
     let deadline = Instant::now() + limit;
     let mut killed = false;
     let (status, usage) = loop {

@@ -317,19 +317,11 @@ pub const CP_LIMIT: Duration = Duration::from_secs(180);
 /// Runs `c` to completion like `Command::output`, but kills it and fails
 /// the test if it runs past `limit`: a hung transfer must not hang CI.
 pub fn output_within(mut c: Command, limit: Duration) -> Output {
-    use std::io::Read;
     let mut child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the command");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
     let deadline = Instant::now() + limit;
@@ -364,4 +356,14 @@ pub fn assert_reused(out: &Output, had: u64) -> u64 {
         "resumed reusing {reused} of the {had} bytes delivered: {json}"
     );
     reused
+}
+
+/// Reads all of `r` on a thread of its own, so that a child's two pipes
+/// never block each other.
+pub fn drain(mut r: Box<dyn std::io::Read + Send>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        v
+    })
 }
