@@ -289,6 +289,12 @@ pub struct CpArgs {
     /// it with --dry-run first.
     #[arg(long)]
     pub delete: bool,
+    /// With --delete: also remove the partials (`.NAME.haul.part`) and
+    /// journals that interrupted transfers left and that no transfer
+    /// holds now. Without it, --delete keeps every partial, so that any
+    /// client can still resume, and never touches one in use.
+    #[arg(long)]
+    pub delete_partials: bool,
     /// Change nothing: list the files that would be sent (and, with
     /// --delete, removed), then stop.
     #[arg(short = 'n', long)]

@@ -161,6 +161,11 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             "--delete removes files from directories, so it needs -r (or haul sync)",
         ));
     }
+    if a.delete_partials && !a.delete {
+        return Err(usage(
+            "--delete-partials widens --delete; give both (haul sync --delete --delete-partials)",
+        ));
+    }
     let is_pull = matches!(plan, Plan::Pull { .. });
     if !ssh && !is_pull && a.cache.cache.is_some() {
         return Err(usage(
@@ -210,6 +215,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             update: a.update || a.checksum,
             checksum: a.checksum,
             delete: a.delete,
+            delete_partials: a.delete_partials,
             dry_run: a.dry_run,
             ..Default::default()
         },

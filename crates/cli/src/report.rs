@@ -165,9 +165,21 @@ pub struct Json<'a> {
     pub would_send_bytes: u64,
     /// --delete: paths removed (or, in a dry run, that would be).
     pub deleted: &'a [String],
+    /// What the receiver noted about files that did not stop the
+    /// transfer: above all why a partial left by an interrupted transfer
+    /// could not be resumed from (P-41).
+    pub notes: Vec<NoteJson<'a>>,
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
+}
+
+#[derive(Serialize)]
+pub struct NoteJson<'a> {
+    /// `partial_held`, `partial_stale`, `partial_unjournaled`,
+    /// `partial_damaged` or `other`.
+    pub kind: &'static str,
+    pub message: &'a str,
 }
 
 #[derive(Serialize)]
@@ -217,6 +229,14 @@ pub fn json(r: &Report, direction: &str) -> String {
         would_send: r.dry_run.then_some(&r.listed[..]),
         would_send_bytes: r.listed_bytes,
         deleted: &r.deleted,
+        notes: r
+            .notes
+            .iter()
+            .map(|(k, m)| NoteJson {
+                kind: k.name(),
+                message: m,
+            })
+            .collect(),
         udp: r.udp.map(|u| UdpJson {
             datagram_bytes: u.payload,
             datagrams_sent: u.sent,
@@ -306,6 +326,9 @@ pub fn text(r: &Report) -> String {
                     format!(", {} would be deleted", r.deleted.len())
                 }
             );
+    }
+    for (_, n) in &r.notes {
+        lines += &format!("note: {n}\n");
     }
     lines + &summary_text(r)
 }

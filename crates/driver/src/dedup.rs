@@ -196,6 +196,7 @@ impl Receiving<'_, '_> {
             }),
             false => Vec::new(),
         };
+        self.forward_notes();
         let basis = basis.filter(|_| held.is_empty());
         if !held.is_empty() {
             tracing::debug!("resuming file {} from {} held blocks", q.id, held.len());
@@ -402,10 +403,17 @@ pub(crate) fn delete_extraneous(
 ) -> Result<(), TransferError> {
     let keep = rx.sh.lock().entry_paths().to_vec();
     let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|(p, ..)| p.clone()).collect();
-    let found = rx.sink.extraneous(&dir_paths, &keep, rx.opts.contents)?;
+    let partials = rx.opts.sync.delete_partials;
+    let mut found = rx
+        .sink
+        .extraneous(&dir_paths, &keep, rx.opts.contents, partials)?;
     if !rx.opts.sync.dry_run {
+        // What holds a partial another transfer has taken meanwhile stays
+        // (P-41), and is not reported as removed.
         let places: Vec<Vec<u8>> = found.iter().map(|(p, _)| p.clone()).collect();
-        rx.sink.remove(&places)?;
+        let gone = rx.sink.remove(&places, partials)?;
+        let mut it = gone.into_iter();
+        found.retain(|_| it.next().unwrap_or(false));
     }
     let rels: Vec<Vec<u8>> = found.into_iter().map(|(_, r)| r).collect();
     rx.sh

@@ -348,6 +348,7 @@ fn run_sender_with(
     let mut st = sh.lock();
     *progress.listed.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.listed);
     *progress.deleted.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.deleted);
+    *progress.notes.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.notes);
     Progress::set(&progress.listed_bytes, st.listed_bytes);
     let summary = st.finished().ok_or_else(|| {
         TransferError::new(
@@ -487,6 +488,13 @@ pub fn run_receiver(
     };
     let (q_tx, q_rx) = mpsc::channel();
     let (cache_tx, cache_rx) = mpsc::channel();
+    // Another session wants a partial this one holds: a word to the peer
+    // at once shows whether it is still there (P-41).
+    let poked = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = poked.clone();
+    sink.on_contention(std::sync::Arc::new(move || {
+        flag.store(true, Ordering::Release)
+    }));
     let rx = Receiving {
         block_size,
         sh: &sh,
@@ -520,6 +528,8 @@ pub fn run_receiver(
         let mut meter = crate::compress::DecodeMeter::default();
         let mut gap = ControlGap::new();
         loop {
+            // Notes made on the blocks' threads go out before `Done`.
+            rx.forward_notes();
             let (msgs, finished) = {
                 let mut st = sh.lock();
                 let finished = st.is_finished();
@@ -532,6 +542,11 @@ pub fn run_receiver(
                 let mut msgs: Vec<Msg> = std::iter::from_fn(|| st.poll_control()).collect();
                 if !finished {
                     msgs.extend(meter.report(sh.progress));
+                }
+                if poked.swap(false, Ordering::AcqRel) {
+                    // Acknowledges nothing: only provokes a reset from a
+                    // peer's host whose process is gone.
+                    msgs.push(Msg::Acks(Vec::new()));
                 }
                 if msgs.is_empty() && !finished {
                     if sh.stopped() {
@@ -560,6 +575,11 @@ pub fn run_receiver(
                 break;
             }
         }
+        if sh.stopped() {
+            // Ending: a new transfer of these files may take the
+            // partials over as soon as the threads let go (P-41).
+            sink.let_go();
+        }
     });
     if let Some(e) = sh.take_error() {
         sink.abort();
@@ -586,6 +606,28 @@ pub(crate) struct Receiving<'a, 'p> {
 impl Receiving<'_, '_> {
     pub(crate) fn drain(st: &mut ReceiverSession) -> Vec<Action> {
         std::iter::from_fn(|| st.poll_action()).collect()
+    }
+
+    /// Hands what the sink noted about files (P-41) to the session, which
+    /// tells the sender, and to this side's progress, for a client that
+    /// receives.
+    pub(crate) fn forward_notes(&self) {
+        let notes = self.sink.take_notes();
+        if notes.is_empty() {
+            return;
+        }
+        let mut st = self.sh.lock();
+        for (kind, text) in notes {
+            st.note(kind, text);
+        }
+        *self
+            .sh
+            .progress
+            .notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = st.notes.clone();
+        drop(st);
+        self.sh.cv.notify_all();
     }
 
     fn report(&self, st: &ReceiverSession) {
@@ -635,6 +677,7 @@ impl Receiving<'_, '_> {
                             mtime_nsec,
                         };
                         self.sink.open_file(id, &path, &stamp)?;
+                        self.forward_notes();
                         let mut st = self.sh.lock();
                         st.opened(id)?;
                         more.extend(Self::drain(&mut st));

@@ -70,6 +70,9 @@ pub struct Progress {
     pub listed_bytes: AtomicU64,
     /// `--delete`: paths removed (or that would be, in a dry run).
     pub deleted: std::sync::Mutex<Vec<String>>,
+    /// What the receiver noted about files (P-41): why a partial could
+    /// not be resumed from, above all.
+    pub notes: std::sync::Mutex<Vec<(wire::NoteKind, String)>>,
 }
 
 impl Progress {

@@ -458,7 +458,7 @@ impl Server {
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
                 let bytes = walked.file_bytes();
-                let sources = Sources::new(walked.paths).stamped(&walked.entries);
+                let sources = Sources::new(walked.paths).stamped(&walked.entries, &walked.inodes);
                 let mut session =
                     SenderSession::new(walked.entries, req.block_size, send_window(&req));
                 if req.sync.gated {

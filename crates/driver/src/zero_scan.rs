@@ -54,7 +54,7 @@ impl ZeroScan {
                 done: Some(ZeroBlocks::new()),
             };
         }
-        let sources = Sources::new(walked.paths.clone()).stamped(&walked.entries);
+        let sources = Sources::new(walked.paths.clone()).stamped(&walked.entries, &walked.inodes);
         let (flag, seen) = (stop.clone(), data.clone());
         let thread = std::thread::Builder::new()
             .name("zero-scan".into())

@@ -249,6 +249,10 @@ pub struct ReceiverSession {
     pub bytes_stored: u64,
     /// Of those, bytes a partial already held, that the sender kept (P-35).
     pub bytes_kept: u64,
+    /// What this receiver noted about files (P-41), also sent to the
+    /// sender: at most [`wire::MAX_NOTES`], the last saying more were left
+    /// out.
+    pub notes: Vec<(wire::NoteKind, String)>,
     /// Announced total of file bytes, once the manifest is complete.
     pub bytes_expected: Option<u64>,
 }
@@ -296,6 +300,7 @@ impl ReceiverSession {
             bad_blocks: 0,
             bytes_stored: 0,
             bytes_kept: 0,
+            notes: Vec::new(),
             bytes_expected: None,
         }
     }
@@ -360,6 +365,24 @@ impl ReceiverSession {
     /// Every entry's path so far, in manifest order.
     pub fn entry_paths(&self) -> &[Vec<u8>] {
         &self.paths
+    }
+
+    /// Notes something the user should know about a file (P-41), and
+    /// tells the sender. Past [`wire::MAX_NOTES`], one last note says
+    /// that more were left out.
+    pub fn note(&mut self, kind: wire::NoteKind, text: String) {
+        let text = match self.notes.len() {
+            n if n + 1 < wire::MAX_NOTES => text,
+            n if n + 1 == wire::MAX_NOTES => {
+                "more notes like these were left out (see the receiver's log)".to_string()
+            }
+            _ => return,
+        };
+        self.outbox.push_back(Msg::Note {
+            kind,
+            text: text.clone(),
+        });
+        self.notes.push((kind, text));
     }
 
     /// Tells the sender what `--delete` removed (or would remove).

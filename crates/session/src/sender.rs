@@ -92,6 +92,9 @@ pub struct SenderSession {
     pub listed_bytes: u64,
     /// Paths the receiver's `--delete` removed (or would).
     pub deleted: Vec<String>,
+    /// What the receiver noted about files (P-41), at most
+    /// [`wire::MAX_NOTES`].
+    pub notes: Vec<(wire::NoteKind, String)>,
     /// Blocks sent again because the receiver rejected them.
     pub retransmitted: u64,
     /// File bytes the receiver has acknowledged.
@@ -161,6 +164,7 @@ impl SenderSession {
             listed: Vec::new(),
             listed_bytes: 0,
             deleted: Vec::new(),
+            notes: Vec::new(),
             retransmitted: 0,
             acked_bytes: 0,
             files_done: 0,
@@ -568,6 +572,11 @@ impl SenderSession {
                         .iter()
                         .map(|p| String::from_utf8_lossy(p).into_owned()),
                 );
+            }
+            Msg::Note { kind, text } => {
+                if self.notes.len() < wire::MAX_NOTES {
+                    self.notes.push((kind, text));
+                }
             }
             Msg::Done(s) => {
                 if self.files_left != 0 {

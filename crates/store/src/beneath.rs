@@ -338,9 +338,17 @@ impl Beneath {
     /// Removes what is at `rel`: a file or link, or a directory with
     /// everything in it. Links are removed, never followed.
     pub fn remove_all(&self, rel: &[u8]) -> Result<(), StoreError> {
+        self.remove_all_but(rel, &|_, _| None).map(|_| ())
+    }
+
+    /// [`Beneath::remove_all`], except that `special(dir, name)` handles
+    /// the entries it knows (`Some(kept)`: it removed them, or kept them),
+    /// and a directory that still holds a kept entry stays. Says whether
+    /// everything at `rel` went.
+    pub fn remove_all_but(&self, rel: &[u8], special: &Special) -> Result<bool, StoreError> {
         let (dir, name) = self.parent(rel)?;
         self.forget();
-        remove_in(&dir, name).map_err(|e| StoreError::io("delete", &self.shown(rel), &e))
+        remove_in(&dir, name, special).map_err(|e| StoreError::io("delete", &self.shown(rel), &e))
     }
 
     /// Sets the mode (and with `mtime`, the modification time) of the
@@ -384,26 +392,37 @@ fn list_fd(fd: &OwnedFd) -> io::Result<Vec<OsString>> {
     Ok(out)
 }
 
+/// Entries a removal handles itself: `Some(kept)` once handled.
+pub type Special = dyn Fn(&OwnedFd, &OsStr) -> Option<bool>;
+
 /// Removes `name` in `dir`, a directory's contents first, descending
-/// through descriptors only.
-fn remove_in(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+/// through descriptors only; what `special` handles is left to it. Says
+/// whether `name` is gone.
+fn remove_in(dir: &OwnedFd, name: &OsStr, special: &Special) -> io::Result<bool> {
     let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(rustix::io::Errno::NOENT) => return Ok(true),
         Err(e) => return Err(e.into()),
     };
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        if let Some(kept) = special(dir, name) {
+            return Ok(!kept);
+        }
         return match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(true),
             Err(e) => Err(e.into()),
         };
     }
     let sub = open_child_dir(dir, name)?;
+    let mut all = true;
     for child in list_fd(&sub)? {
-        remove_in(&sub, &child)?;
+        all &= remove_in(&sub, &child, special)?;
+    }
+    if !all {
+        return Ok(false);
     }
     match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(true),
         Err(e) => Err(e.into()),
     }
 }

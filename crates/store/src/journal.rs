@@ -32,6 +32,18 @@ pub const HEADER_LEN: usize = 32;
 /// Record: `u32` block index, `bytes[32]` block hash.
 pub const RECORD_LEN: usize = 36;
 
+/// Why a journal was started afresh beside a partial that held data
+/// (P-41): the partial is then reused by content only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Afresh {
+    /// There was none.
+    Missing,
+    /// It could not be read or decoded: why.
+    Unreadable(String),
+    /// It was written for another copy: the stamp it names.
+    OtherStamp(Stamp),
+}
+
 /// Blocks a journal lists: index and hash, in index order.
 pub type Listed = Vec<(u32, [u8; 32])>;
 
@@ -140,7 +152,15 @@ impl Journal<'_> {
     /// the same stamp is kept and what it lists returned; anything else
     /// (missing, unreadable, another stamp) is started afresh.
     pub fn open(&self, stamp: &Stamp, keep: bool) -> io::Result<Listed> {
+        self.open_why(stamp, keep).map(|(listed, _)| listed)
+    }
+
+    /// [`Journal::open`], saying also why a journal was started afresh
+    /// where `keep` asked to keep it (P-41).
+    pub fn open_why(&self, stamp: &Stamp, keep: bool) -> io::Result<(Listed, Option<Afresh>)> {
+        let mut why = None;
         if keep {
+            why = Some(Afresh::Missing);
             if let Ok(mut f) = self.open_with(OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK) {
                 let regular = f.metadata()?.is_file();
                 let mut b = Vec::new();
@@ -149,17 +169,21 @@ impl Journal<'_> {
                 if regular && f.metadata()?.len() <= limit {
                     f.read_to_end(&mut b)?;
                 }
-                if let Ok((s, listed)) = decode(&b) {
-                    if s == *stamp {
+                why = Some(match decode(&b) {
+                    Ok((s, listed)) if s == *stamp => {
                         // A torn record at the end is cut, so the next
                         // one lines up.
                         let whole = HEADER_LEN + (b.len() - HEADER_LEN) / RECORD_LEN * RECORD_LEN;
                         if whole != b.len() {
                             f.set_len(whole as u64)?;
                         }
-                        return Ok(listed);
+                        return Ok((listed, None));
                     }
-                }
+                    Ok((s, _)) => Afresh::OtherStamp(s),
+                    Err(_) if !regular => Afresh::Unreadable("not a regular file".into()),
+                    Err(_) if b.is_empty() => Afresh::Unreadable("empty or too long".into()),
+                    Err(e) => Afresh::Unreadable(e.to_string()),
+                });
             }
         }
         // Whatever else is under the name goes (a link is removed, never
@@ -170,7 +194,7 @@ impl Journal<'_> {
         }
         let mut f = self.open_with(OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL)?;
         f.write_all(&encode_header(stamp))?;
-        Ok(Vec::new())
+        Ok((Vec::new(), why))
     }
 
     /// Records that block `index`, hashing to `hash`, was written. One

@@ -33,4 +33,4 @@ pub use error::{StoreError, StoreErrorKind};
 pub use journal::Stamp;
 pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
-pub use walk::{names_contents, walk, Walked};
+pub use walk::{names_contents, walk, Inode, Walked};

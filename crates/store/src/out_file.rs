@@ -13,7 +13,7 @@ use rustix::fs::OFlags;
 
 use crate::beneath::Beneath;
 use crate::error::StoreError;
-use crate::journal::{Journal, Stamp};
+use crate::journal::{Afresh, Journal, Stamp};
 use crate::partial;
 use crate::temp::{create_temp, open_resumable};
 
@@ -40,6 +40,12 @@ pub struct OutFile {
     pub(crate) name: OsString,
     /// The final path, for messages.
     pub(crate) final_path: PathBuf,
+    /// Its place below the destination, for notes to the sender (P-41).
+    pub(crate) rel: Vec<u8>,
+    /// Where notes about it go.
+    pub(crate) notes: Arc<Notes>,
+    /// What its transfer does when another wants its partial (P-41).
+    pub(crate) poke: Option<Arc<partial::Poke>>,
     /// The temporary name is the resumable one (P-35).
     pub(crate) resumable: bool,
     /// It holds bytes worth resuming from: some written by this transfer,
@@ -55,6 +61,25 @@ pub struct OutFile {
     /// A journal may lie beside the partial (this transfer opened one, or
     /// an earlier transfer's partial was found), to remove when placed.
     pub(crate) journaled: AtomicBool,
+}
+
+/// What a receiver notes about its files for the user (P-41): the kind,
+/// and one line naming the file.
+pub type Note = (wire::NoteKind, String);
+
+/// The notes a sink has made and not yet handed over.
+#[derive(Default)]
+pub struct Notes(Mutex<Vec<Note>>);
+
+impl Notes {
+    pub(crate) fn add(&self, kind: wire::NoteKind, text: String) {
+        tracing::info!("{text}");
+        self.0.lock().expect("notes").push((kind, text));
+    }
+
+    pub fn take(&self) -> Vec<Note> {
+        std::mem::take(&mut *self.0.lock().expect("notes"))
+    }
 }
 
 pub(crate) struct Handle {
@@ -78,10 +103,49 @@ impl OutFile {
         }))
     }
 
+    /// Checks, before it is renamed into place, that the temporary name
+    /// in `dir` is still this transfer's file: one removed or replaced
+    /// meanwhile (another program, a `sync --delete` of another client)
+    /// would otherwise place nothing, or another file, under the final
+    /// name (P-41).
+    pub(crate) fn check_still_there(&self, dir: &OwnedFd) -> Result<(), StoreError> {
+        let ours = self.handle()?;
+        let ours = rustix::fs::fstat(&*ours)
+            .map_err(|e| StoreError::io("stat", &self.final_path, &e.into()))?;
+        let named = rustix::fs::statat(dir, &self.temp, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+        match named {
+            Ok(n) if (n.st_dev, n.st_ino) == (ours.st_dev, ours.st_ino) => Ok(()),
+            Ok(_) | Err(rustix::io::Errno::NOENT) => Err(self.vanished()),
+            Err(e) => Err(StoreError::io(
+                "stat",
+                &self.final_path.with_file_name(&self.temp),
+                &e.into(),
+            )),
+        }
+    }
+
+    /// The error for a temporary that was removed or replaced while this
+    /// transfer wrote it.
+    pub(crate) fn vanished(&self) -> StoreError {
+        StoreError::new(
+            crate::error::StoreErrorKind::Other,
+            format!(
+                "the temporary file {} was removed or replaced while {} was being received (by another program, or another client's `sync --delete`); nothing was placed: run the same command again",
+                self.final_path.with_file_name(&self.temp).display(),
+                self.final_path.display()
+            ),
+        )
+    }
+
     /// Opens the temporary file again with `flags` (it exists).
     pub(crate) fn reopen(&self, flags: OFlags) -> Result<File, StoreError> {
-        Beneath::open_in(&*self.dir()?, &self.temp, flags, 0)
-            .map_err(|e| StoreError::io("open", &self.final_path.with_file_name(&self.temp), &e))
+        Beneath::open_in(&*self.dir()?, &self.temp, flags, 0).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                self.vanished()
+            } else {
+                StoreError::io("open", &self.final_path.with_file_name(&self.temp), &e)
+            }
+        })
     }
 
     /// The temporary file's descriptor: the one kept, or a fresh one
@@ -96,6 +160,9 @@ impl OutFile {
         } else if self.resumable {
             let dir = self.dir()?;
             let (f, had) = open_resumable(&dir, &self.temp, &self.final_path, self.size)?;
+            if let Some(poke) = &self.poke {
+                partial::on_contention(&f, poke);
+            }
             if had {
                 self.holds_data.store(true, Ordering::Release);
             }
@@ -113,10 +180,13 @@ impl OutFile {
                     dir: &dir,
                     name: &name,
                 };
-                match j.open(&self.stamp, had) {
-                    Ok(listed) => {
+                match j.open_why(&self.stamp, had) {
+                    Ok((listed, why)) => {
                         *self.journal.lock().expect("journal") = true;
                         *self.listed.lock().expect("listed blocks") = listed;
+                        if let Some(why) = why {
+                            self.note_afresh(why);
+                        }
                     }
                     Err(e) => {
                         tracing::warn!("no resume journal for {}: {e}", self.final_path.display())
@@ -136,6 +206,56 @@ impl OutFile {
             self.open.fetch_sub(1, Ordering::SeqCst);
         }
         Ok(f)
+    }
+}
+
+impl OutFile {
+    /// Its place below the destination, as notes show it.
+    pub(crate) fn shown(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.rel)
+    }
+
+    /// Notes why the partial an earlier transfer left is reused by
+    /// content only (P-41).
+    fn note_afresh(&self, why: Afresh) {
+        let (kind, reason) = match why {
+            Afresh::Missing => (
+                wire::NoteKind::PartialUnjournaled,
+                "has no journal".to_string(),
+            ),
+            Afresh::Unreadable(e) => (
+                wire::NoteKind::PartialUnjournaled,
+                format!("has a journal that cannot be used ({e})"),
+            ),
+            Afresh::OtherStamp(old) => {
+                let new = &self.stamp;
+                let mut diff = Vec::new();
+                if old.size != new.size {
+                    diff.push(format!("{} bytes then, {} now", old.size, new.size));
+                }
+                if (old.mtime, old.mtime_nsec) != (new.mtime, new.mtime_nsec) {
+                    diff.push("another modification time".to_string());
+                }
+                if old.block_size != new.block_size {
+                    diff.push(format!(
+                        "blocks of {} KiB then, {} KiB now",
+                        old.block_size >> 10,
+                        new.block_size >> 10
+                    ));
+                }
+                (
+                    wire::NoteKind::PartialStale,
+                    format!("is of another version of the source ({})", diff.join(", ")),
+                )
+            }
+        };
+        self.notes.add(
+            kind,
+            format!(
+                "{}: the partial an earlier transfer left {reason}, so it is reused by content only, where it matches",
+                self.shown()
+            ),
+        );
     }
 }
 

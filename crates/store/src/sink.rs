@@ -32,9 +32,11 @@ use crate::beneath::{self, Beneath};
 use crate::confine::Root;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::journal::Stamp;
-pub use crate::out_file::OutFile;
 use crate::out_file::{Handle, MAX_OPEN};
-use crate::partial;
+pub use crate::out_file::{Note, Notes, OutFile};
+use crate::partial::{self, Holder, Kept};
+use std::os::fd::OwnedFd;
+use wire::NoteKind;
 
 /// Where received entries go.
 pub enum Destination {
@@ -115,6 +117,30 @@ impl Destination {
     }
 }
 
+/// Whether `--delete` keeps `name` in `dir` (P-41): a partial or journal
+/// of haul's always, unless `partials` asks for those no transfer holds;
+/// with `remove`, such a free one is removed here, taken first so that a
+/// transfer starting on it meanwhile is never cut off.
+fn spared(dir: &OwnedFd, name: &OsStr, partials: bool, remove: bool) -> bool {
+    let Some(k) = partial::kept_name(name) else {
+        return false;
+    };
+    if !partials {
+        return true;
+    }
+    match k {
+        Kept::Journal(f) => {
+            let held = partial::in_use_at(dir, &partial::resumable_name(&f));
+            if !held && remove {
+                let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
+            }
+            held
+        }
+        Kept::Resumable(_) | Kept::Random(_) if remove => !partial::remove_if_free(dir, name),
+        Kept::Resumable(_) | Kept::Random(_) => partial::in_use_at(dir, name),
+    }
+}
+
 /// A manifest path's tree and its place below the tree's anchor.
 type Placed = (Arc<Beneath>, Vec<u8>);
 
@@ -144,6 +170,12 @@ pub struct Sink {
     /// Mode of each directory entry, and whether this sink created it.
     dir_modes: Mutex<HashMap<Vec<u8>, (u32, bool)>>,
     stdout: Mutex<Ordered>,
+    /// What the user should hear about files that did not stop the
+    /// transfer (P-41), until handed over.
+    notes: Arc<Notes>,
+    /// What to do when another transfer wants a partial this one holds
+    /// (P-41).
+    poke: Mutex<Option<Arc<partial::Poke>>>,
 }
 
 fn timespec(t: SystemTime) -> rustix::fs::Timespec {
@@ -190,6 +222,33 @@ impl Sink {
                 next: 0,
                 pending: BTreeMap::new(),
             }),
+            notes: Arc::new(Notes::default()),
+            poke: Mutex::new(None),
+        }
+    }
+
+    /// `poke` runs when another transfer of this process finds a partial
+    /// this one holds while it still looks live: the transfer should tell
+    /// its peer something at once, so that a peer gone without a word
+    /// shows (P-41).
+    pub fn on_contention(&self, poke: Arc<partial::Poke>) {
+        *self.poke.lock().expect("poke") = Some(poke);
+    }
+
+    /// The notes made since the last call (P-41).
+    pub fn take_notes(&self) -> Vec<Note> {
+        self.notes.take()
+    }
+
+    /// This transfer is ending (its peer gone, or a failure): its
+    /// partials stop looking live, so a new transfer of the same names
+    /// waits for them to be closed and resumes them instead of going
+    /// around them (P-41).
+    pub fn let_go(&self) {
+        for f in self.files.lock().expect("file table").values() {
+            if let Some(h) = &f.handle.lock().expect("file handle").file {
+                partial::let_go(h);
+            }
         }
     }
 
@@ -366,17 +425,39 @@ impl Sink {
         }
         let (dir_rel, name) = beneath::split(&below);
         let dir = tree.dir(dir_rel)?;
-        // The resumable name, unless a live transfer holds it or something
-        // other than a partial is under it (a link, say: P-35, P-38).
+        // The resumable name, unless another transfer keeps it (one that
+        // is ending is waited for) or something other than a partial is
+        // under it (a link, say: P-35, P-38, P-41).
         let resumable = partial::resumable_name(name);
-        let free = matches!(
-            tree.kind(&beneath::join(dir_rel, resumable.as_bytes()))?,
-            None | Some(FileType::RegularFile)
-        ) && !partial::in_use_at(&dir, &resumable);
-        let (temp, resumable) = match free {
-            true => (resumable, true),
-            false => (partial::random_name(name), false),
+        let kind = tree.kind(&beneath::join(dir_rel, resumable.as_bytes()))?;
+        let held = match kind {
+            None => Holder::Nobody,
+            Some(FileType::RegularFile) => partial::settle(&dir, &resumable),
+            Some(_) => Holder::Live,
         };
+        let (temp, resumable) = match held {
+            Holder::Nobody => (resumable, true),
+            _ => (partial::random_name(name), false),
+        };
+        let shown = String::from_utf8_lossy(&below);
+        match held {
+            Holder::Live if kind == Some(FileType::RegularFile) => {
+                self.notes.add(
+                    NoteKind::PartialHeld,
+                    format!(
+                        "{shown}: its partial is held by another transfer that is still running, so this one starts afresh under another name (run it again once that one has ended to resume from what it left)"
+                    ),
+                )
+            }
+            Holder::LettingGo => self.notes.add(
+                NoteKind::PartialHeld,
+                format!(
+                    "{shown}: the transfer that left its partial had not let go of it after {} s, so this one starts afresh under another name",
+                    partial::LET_GO_WAIT.as_secs()
+                ),
+            ),
+            _ => {}
+        }
         // The first files are created now, so that a destination that
         // refuses them says so at once; beyond MAX_OPEN, a file is created
         // when its first block arrives, so a manifest of many files costs
@@ -393,6 +474,9 @@ impl Sink {
             temp,
             name: name.to_os_string(),
             final_path,
+            rel: below.clone(),
+            notes: self.notes.clone(),
+            poke: self.poke.lock().expect("poke").clone(),
             resumable,
             holds_data: AtomicBool::new(false),
             stamp: *stamp,
@@ -472,7 +556,7 @@ impl Sink {
         let bs = f.stamp.block_size as u64;
         let mut buf = vec![0u8; bs as usize];
         let mut held = Vec::with_capacity(listed.len());
-        for (index, hash) in listed {
+        for &(index, hash) in &listed {
             let off = index as u64 * bs;
             let len = (f.size - off).min(bs) as usize;
             match r.read_exact_at(&mut buf[..len], off) {
@@ -480,6 +564,17 @@ impl Sink {
                 Ok(()) => {}
                 Err(e) => return Err(StoreError::io("read", &f.final_path, &e)),
             }
+        }
+        if held.len() < listed.len() {
+            self.notes.add(
+                NoteKind::PartialDamaged,
+                format!(
+                    "{}: {} of the {} blocks its partial's journal lists no longer hold what was written there (a crash before they reached the disk, or another writer), so they are sent again",
+                    f.shown(),
+                    listed.len() - held.len(),
+                    listed.len()
+                ),
+            );
         }
         Ok(held)
     }
@@ -581,11 +676,17 @@ impl Sink {
         }
         for (f, ..) in &found {
             let dir = &dirs[&f.dir];
+            f.check_still_there(dir)?;
             rustix::fs::renameat(&**dir, &f.temp, &**dir, &f.name)
                 .map_err(|e| StoreError::io("rename into place", &f.final_path, &e.into()))?;
             if f.resumable && f.journaled.load(Ordering::Acquire) {
                 *f.journal.lock().expect("journal") = false;
                 f.with_journal(|j| j.remove())?;
+            }
+            if !f.resumable {
+                // A partial an earlier attempt left under the resumable
+                // name is of this file too, and now stale (P-41).
+                partial::remove_if_free(dir, &partial::resumable_name(&f.name));
             }
         }
         for (rel, d) in &dirs {
@@ -644,11 +745,15 @@ impl Sink {
     /// relative to the destination (for the report). Directories are
     /// listed through descriptors: one that is a link is refused, never
     /// listed (P-38).
+    ///
+    /// Partials and journals that transfers leave (P-41) are never listed,
+    /// unless `partials` asks for those that no transfer holds now.
     pub fn extraneous(
         &self,
         dirs: &[Vec<u8>],
         keep: &[Vec<u8>],
         contents: bool,
+        partials: bool,
     ) -> Result<Vec<Extraneous>, StoreError> {
         let Destination::Path { placement, .. } = &self.dest else {
             return Ok(Vec::new());
@@ -677,9 +782,10 @@ impl Sink {
                 Err(e) => return Err(e),
             };
             names.sort();
+            let dir = tree.dir(&scope)?;
             for name in names {
                 let below = beneath::join(&scope, name.as_bytes());
-                if kept.contains(&below) {
+                if kept.contains(&below) || spared(&dir, &name, partials, false) {
                     continue;
                 }
                 let shown = match placement {
@@ -698,15 +804,21 @@ impl Sink {
 
     /// Removes what [`Sink::extraneous`] found: files and links, and
     /// directories with everything in them, through descriptors (links
-    /// are removed, never followed).
-    pub fn remove(&self, places: &[Vec<u8>]) -> Result<(), StoreError> {
+    /// are removed, never followed). A partial or journal inside is kept
+    /// as [`Sink::extraneous`] keeps them, and so is the directory that
+    /// holds it; with `partials`, one is removed only if no transfer has
+    /// taken it meanwhile (P-41). Says which places went.
+    pub fn remove(&self, places: &[Vec<u8>], partials: bool) -> Result<Vec<bool>, StoreError> {
         let Some(tree) = self.tree(false)? else {
-            return Ok(());
+            return Ok(vec![true; places.len()]);
         };
-        for below in places {
-            tree.remove_all(below)?;
-        }
-        Ok(())
+        let special = move |dir: &OwnedFd, name: &OsStr| {
+            partial::kept_name(name).map(|_| spared(dir, name, partials, true))
+        };
+        places
+            .iter()
+            .map(|below| tree.remove_all_but(below, &special))
+            .collect()
     }
 
     /// Removes every temporary file not yet renamed into place, except

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use wire::{Entry, EntryKind};
 
 use crate::error::{StoreError, StoreErrorKind};
+use crate::walk::Inode;
 
 const MAX_OPEN: usize = 64;
 
@@ -20,8 +21,9 @@ const MAX_OPEN: usize = 64;
 /// client tries such a transfer once more (it resumes from what arrived).
 pub const CHANGED: &str = "changed while it was being sent";
 
-/// A file's size and modification time, as the manifest listed them.
-type Stamp = (u64, i64, u32);
+/// A file's size and modification time, as the manifest listed them,
+/// and its inode as the walk found it (where known).
+type Stamp = ((u64, i64, u32), Option<Inode>);
 
 pub struct Sources {
     paths: Vec<PathBuf>,
@@ -83,10 +85,13 @@ impl Sources {
     }
 
     /// Checks every read of the files among `entries` against the size and
-    /// modification time they were listed with: a write to a file while it
-    /// is read moves its time, so a block read after one is never sent
-    /// beside blocks read before it, as tar's "file changed as we read it".
-    pub fn stamped(mut self, entries: &[Entry]) -> Sources {
+    /// modification time they were listed with, and against the inode and
+    /// its change time in `inodes` (by entry id, as the walk found them):
+    /// a write to a file while it is read moves its change time even where
+    /// the writer sets its modification time back, so a block read after
+    /// one is never sent beside blocks read before it, as tar's "file
+    /// changed as we read it".
+    pub fn stamped(mut self, entries: &[Entry], inodes: &[Inode]) -> Sources {
         for e in entries {
             if let EntryKind::File {
                 size,
@@ -95,7 +100,8 @@ impl Sources {
                 ..
             } = e.kind
             {
-                self.stamps.insert(e.id, (size, mtime, mtime_nsec));
+                let inode = inodes.get(e.id as usize).copied();
+                self.stamps.insert(e.id, ((size, mtime, mtime_nsec), inode));
             }
         }
         self
@@ -164,23 +170,24 @@ impl Sources {
     }
 
     fn unchanged(&self, id: u32, f: &File) -> Result<(), StoreError> {
-        let Some(&(size, secs, nsec)) = self.stamps.get(&id) else {
+        let Some(&(listed, inode)) = self.stamps.get(&id) else {
             return Ok(());
         };
-        let now = f
-            .metadata()
-            .map(|m| (m.size(), m.mtime(), m.mtime_nsec() as u32));
-        if now.is_ok_and(|n| n != (size, secs, nsec)) {
-            let path = self.path(id).cloned().unwrap_or_default();
-            return Err(StoreError::new(
-                StoreErrorKind::Other,
-                format!(
-                    "source file {} {CHANGED} (its size or modification time moved)",
-                    path.display()
-                ),
-            ));
-        }
-        Ok(())
+        let Ok(m) = f.metadata() else {
+            return Ok(());
+        };
+        let why = if (m.size(), m.mtime(), m.mtime_nsec() as u32) != listed {
+            "its size or modification time moved"
+        } else if inode.is_some_and(|i| i != Inode::of(&m)) {
+            "it was written to, or replaced, with its size and modification time kept"
+        } else {
+            return Ok(());
+        };
+        let path = self.path(id).cloned().unwrap_or_default();
+        Err(StoreError::new(
+            StoreErrorKind::Other,
+            format!("source file {} {CHANGED} ({why})", path.display()),
+        ))
     }
 }
 

@@ -34,6 +34,8 @@ pub(crate) fn create_temp(
         0o600,
     )
     .map_err(|e| StoreError::io("create", &final_path.with_file_name(temp), &e))?;
+    // Held like a partial, so `--delete` tells it from a leftover (P-41).
+    let _ = partial::hold(&file);
     if size > 0 {
         if let Err(e) = reserve(&file, size) {
             unlink(dir, temp);

@@ -18,6 +18,10 @@ pub struct Walked {
     pub entries: Vec<Entry>,
     /// Where each file entry's bytes are, indexed by entry id.
     pub paths: Vec<PathBuf>,
+    /// Each entry's inode as the walk found it, indexed by entry id: a
+    /// source is read from this inode only, unchanged since (its change
+    /// time, which no program can set back, included).
+    pub inodes: Vec<Inode>,
     /// Things skipped, for the user to read (sockets, devices, fifos).
     pub skipped: Vec<String>,
 }
@@ -31,6 +35,29 @@ impl Walked {
                 _ => 0,
             })
             .sum()
+    }
+}
+
+/// Where a source's bytes are, and the time of its inode's last change:
+/// any write (or `chmod`, `touch`, link) moves it, and nothing can set it
+/// back, so a file rewritten with its size and modification time restored
+/// is still told apart (issue 24).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Inode {
+    pub dev: u64,
+    pub ino: u64,
+    pub ctime: i64,
+    pub ctime_nsec: i64,
+}
+
+impl Inode {
+    pub fn of(meta: &fs::Metadata) -> Inode {
+        Inode {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            ctime: meta.ctime(),
+            ctime_nsec: meta.ctime_nsec(),
+        }
     }
 }
 
@@ -147,6 +174,7 @@ fn add(
             target: vec![],
         });
         w.paths.push(path.to_path_buf());
+        w.inodes.push(Inode::of(meta));
     } else if ft.is_symlink() {
         let target = fs::read_link(path).map_err(|e| StoreError::io("read link", path, &e))?;
         w.entries.push(Entry {
@@ -156,6 +184,7 @@ fn add(
             target: target.as_os_str().as_bytes().to_vec(),
         });
         w.paths.push(path.to_path_buf());
+        w.inodes.push(Inode::of(meta));
     } else if ft.is_dir() {
         if !recursive {
             return Err(not_recursive(path));
@@ -171,6 +200,7 @@ fn add(
             target: vec![],
         });
         w.paths.push(path.to_path_buf());
+        w.inodes.push(Inode::of(meta));
         add_children(w, path, Some(&rel), recursive)?;
     } else {
         let what = if top { "refusing to copy" } else { "skipped" };

@@ -85,6 +85,9 @@ pub struct SyncOptions {
     pub delete: bool,
     /// Change nothing: report what would be sent and removed.
     pub dry_run: bool,
+    /// With `delete`: also remove partials and journals that interrupted
+    /// transfers left and that no transfer holds now (P-41).
+    pub delete_partials: bool,
 }
 
 const SYNC_DEDUP: u8 = 1;
@@ -93,6 +96,7 @@ const SYNC_UPDATE: u8 = 4;
 const SYNC_CHECKSUM: u8 = 8;
 const SYNC_DELETE: u8 = 16;
 const SYNC_DRY_RUN: u8 = 32;
+const SYNC_DELETE_PARTIALS: u8 = 64;
 
 impl SyncOptions {
     fn bits(&self) -> u8 {
@@ -103,6 +107,7 @@ impl SyncOptions {
             (self.checksum, SYNC_CHECKSUM),
             (self.delete, SYNC_DELETE),
             (self.dry_run, SYNC_DRY_RUN),
+            (self.delete_partials, SYNC_DELETE_PARTIALS),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -110,7 +115,7 @@ impl SyncOptions {
     }
 
     fn from_bits(b: u8) -> Result<SyncOptions, DecodeError> {
-        if b >= 64 {
+        if b >= 128 {
             return Err(DecodeError::Invalid("sync options"));
         }
         Ok(SyncOptions {
@@ -120,6 +125,7 @@ impl SyncOptions {
             checksum: b & SYNC_CHECKSUM != 0,
             delete: b & SYNC_DELETE != 0,
             dry_run: b & SYNC_DRY_RUN != 0,
+            delete_partials: b & SYNC_DELETE_PARTIALS != 0,
         })
     }
 }
@@ -321,6 +327,14 @@ pub enum Msg {
     /// Sender: these blocks are as the receiver's `Have` said, and are not
     /// sent (P-35).
     Kept(Vec<(u32, u32)>),
+    /// Receiver: something the user should know about a file that did not
+    /// stop the transfer, as one line of text naming the file: above all,
+    /// why a partial left by an interrupted transfer could not be resumed
+    /// from (P-41). At most [`MAX_NOTES`] a session.
+    Note {
+        kind: NoteKind,
+        text: String,
+    },
     /// Two or more control messages in one frame (P-34): `data` is a zstd
     /// frame that decompresses to exactly `raw_len` bytes, the messages
     /// joined by [`crate::packed::join`].
@@ -328,6 +342,53 @@ pub enum Msg {
         raw_len: u32,
         data: Vec<u8>,
     },
+}
+
+/// Most `Note`s a receiver sends in one session; a sender keeps no more.
+pub const MAX_NOTES: usize = 32;
+
+/// What a `Note` is about (P-41). A code this version does not know
+/// decodes as `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum NoteKind {
+    Other = 0,
+    /// The partial is held by another transfer that is still running:
+    /// this one was received under another name.
+    PartialHeld = 1,
+    /// The partial is of another version of the source (size, time or
+    /// block size differ): only what it holds by content was reused.
+    PartialStale = 2,
+    /// The partial has no usable journal: only what it holds by content
+    /// was reused.
+    PartialUnjournaled = 3,
+    /// Blocks the partial's journal lists no longer hold what was
+    /// written there (a host crash before they were synced, or another
+    /// writer): they were sent again.
+    PartialDamaged = 4,
+}
+
+impl NoteKind {
+    pub fn from_u8(v: u8) -> NoteKind {
+        match v {
+            1 => NoteKind::PartialHeld,
+            2 => NoteKind::PartialStale,
+            3 => NoteKind::PartialUnjournaled,
+            4 => NoteKind::PartialDamaged,
+            _ => NoteKind::Other,
+        }
+    }
+
+    /// Its name in `--json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NoteKind::Other => "other",
+            NoteKind::PartialHeld => "partial_held",
+            NoteKind::PartialStale => "partial_stale",
+            NoteKind::PartialUnjournaled => "partial_unjournaled",
+            NoteKind::PartialDamaged => "partial_damaged",
+        }
+    }
 }
 
 /// Most blocks in one `Have` message: 36 bytes each, 144 KiB.
@@ -458,6 +519,11 @@ impl Msg {
             }
             Msg::Packed { raw_len, data } => {
                 w.u8(20).u32(*raw_len).bytes(data);
+            }
+            Msg::Note { kind, text } => {
+                w.u8(23)
+                    .u8(*kind as u8)
+                    .var_bytes(truncate(text).as_bytes());
             }
             Msg::Deleted(paths) => {
                 w.u8(18).u32(paths.len() as u32);
@@ -751,6 +817,14 @@ impl Msg {
                 file_bytes: r.u64()?,
                 bad_blocks: r.u64()?,
             }),
+            23 => {
+                let kind = NoteKind::from_u8(r.u8()?);
+                let b = r.var_bytes("note", MAX_MESSAGE_TEXT)?;
+                Msg::Note {
+                    kind,
+                    text: String::from_utf8_lossy(b).into_owned(),
+                }
+            }
             11 => Msg::Welcome,
             12 => Msg::UseTransport {
                 udp_payload: r.u16()?,

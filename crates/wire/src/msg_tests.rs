@@ -26,7 +26,7 @@ fn request_options_byte() {
     let mut full = Msg::Request(req.clone()).encode();
     // The sync byte and an empty basis (a 4-byte length) come last.
     let sync_at = full.len() - 5;
-    full[sync_at] = 64;
+    full[sync_at] = 128;
     assert!(Msg::decode(&full).is_err(), "unknown sync bit");
     full[sync_at] = 63;
     assert!(matches!(
@@ -104,7 +104,7 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                 any::<bool>(),
                 any::<bool>(),
                 (0u8..=3, 1u8..=19),
-                (0u8..64, ".{0,20}")
+                (0u8..128, ".{0,20}")
             )
         )
             .prop_map(
@@ -167,6 +167,10 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
         proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Skip),
         (any::<u32>(), any::<[u8; 32]>()).prop_map(|(file, digest)| Msg::Digest { file, digest }),
         proptest::collection::vec(bytes(), 0..5).prop_map(Msg::Deleted),
+        (0u8..6, ".{0,40}").prop_map(|(k, text)| Msg::Note {
+            kind: NoteKind::from_u8(k),
+            text
+        }),
         (any::<u16>(), any::<[u64; 4]>()).prop_map(|(cores, v)| Msg::DecodeSpeed {
             cores,
             lz4_bytes: v[0],

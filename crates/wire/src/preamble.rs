@@ -18,7 +18,7 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// wishes and answer, which offer the UDP port a round trip sooner (P-3,
 /// P-23); version 9 the probe request (P-36); version 10 tunnels
 /// (P-37); version 11 data connections that join before `Accept` (P-20).
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;

@@ -171,6 +171,9 @@ pub struct Report {
     pub listed_bytes: u64,
     /// `--delete`: paths removed (or that would be).
     pub deleted: Vec<String>,
+    /// What the receiver noted about files (P-41): why a partial could
+    /// not be resumed from, above all.
+    pub notes: Vec<(wire::NoteKind, String)>,
     /// File bytes in all-zero blocks, announced instead of sent (P-29).
     pub zero_bytes: u64,
     pub duration: Duration,
@@ -230,6 +233,7 @@ impl Tail {
             listed: std::mem::take(&mut *p.listed.lock().unwrap_or_else(|e| e.into_inner())),
             listed_bytes: get(&p.listed_bytes),
             deleted: std::mem::take(&mut *p.deleted.lock().unwrap_or_else(|e| e.into_inner())),
+            notes: std::mem::take(&mut *p.notes.lock().unwrap_or_else(|e| e.into_inner())),
             udp,
             duration: self.started.elapsed(),
             summary,

@@ -82,7 +82,7 @@ impl Connected {
             ..self.build_request(Op::Push, vec![dest.to_string()], streams)
         })?;
         let sources = Sources::new(walked.paths)
-            .stamped(&walked.entries)
+            .stamped(&walked.entries, &walked.inodes)
             .with_zeros(scan.finish());
         let (path, streams, window_bytes) = match plan {
             DataPlan::Tcp(conns) => {
@@ -148,7 +148,7 @@ impl Connected {
             .send_msg(&Msg::Request(req))
             .map_err(|e| TransferError::lost("sending the request", &e))?;
         let sources = Sources::new(walked.paths)
-            .stamped(&walked.entries)
+            .stamped(&walked.entries, &walked.inodes)
             .with_zeros(scan.finish());
         let session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
         let how = Sending {

@@ -36,7 +36,14 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
             let (done_rx, reopen_tx) = (&done_rx, reopen_tx.clone());
             scope.spawn(move || loop {
                 let next = done_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok(c) = next else { return };
+                // Once the session stops, what is queued is dropped: the
+                // partial is let go of sooner, and a resume sends it again.
+                let Ok(c) = next.map_err(drop).and_then(|c| match rx.sh.stopped() {
+                    true => Err(()),
+                    false => Ok(c),
+                }) else {
+                    return;
+                };
                 let h = BlockHeader {
                     file: c.file,
                     index: c.index,

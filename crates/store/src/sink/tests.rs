@@ -325,16 +325,18 @@ fn a_link_is_never_a_directory_to_fill_change_or_clean() {
     // `-p` on it: refused, the target's mode and times untouched.
     assert!(s.finish(&[(b"d".to_vec(), 915_000_000, 0)]).is_err());
     // `--delete` in it: refused, nothing listed or removed there.
-    let e = s.extraneous(&[b"d".to_vec()], &[], false).unwrap_err();
+    let e = s
+        .extraneous(&[b"d".to_vec()], &[], false, false)
+        .unwrap_err();
     assert_eq!(e.kind, StoreErrorKind::OutsideRoot, "{e}");
     // Nothing is read through it either.
     assert!(s.open_placed(b"d/secret").is_err());
     v.untouched();
     // The link itself is extraneous to a tree without it, and removing it
     // removes the link only.
-    let found = s.extraneous(&[], &[], true).unwrap();
+    let found = s.extraneous(&[], &[], true, false).unwrap();
     assert_eq!(found, vec![(b"d".to_vec(), b"d".to_vec())]);
-    s.remove(&[b"d".to_vec()]).unwrap();
+    s.remove(&[b"d".to_vec()], false).unwrap();
     assert!(!root.join("d").exists());
     v.untouched();
 }
@@ -365,7 +367,7 @@ fn a_dir_contents_destination_is_made_only_when_something_arrives() {
     );
     assert!(!dest.exists(), "a dry run changes nothing");
     assert!(s.open_placed(b"x").unwrap().is_none());
-    assert!(s.extraneous(&[], &[], true).unwrap().is_empty());
+    assert!(s.extraneous(&[], &[], true, false).unwrap().is_empty());
     assert!(!dest.exists());
     s.finish(&[]).unwrap();
     assert!(dest.is_dir(), "an empty `dir/` still makes its directory");
