@@ -191,7 +191,7 @@ fn unwritable_destination_exit_7() {
                 fs::copy(env.home.join(f), home.join(f)).unwrap();
             }
         }
-        let st = Command::new("chown")
+        let st = netem::testing::program("chown")
             .args(["-R", "65534:65534"])
             .arg(&home)
             .status()
@@ -210,7 +210,7 @@ fn unwritable_destination_exit_7() {
             env.remote(&server, "f"),
             ro.display().to_string(),
         ];
-        cmd = Command::new("setpriv");
+        cmd = netem::testing::program("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&bin)
             .args(&args)
@@ -308,7 +308,7 @@ fn garbage_then_a_good_transfer() {
 struct Mount(std::path::PathBuf);
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = netem::testing::program("umount").arg(&self.0).status();
     }
 }
 
@@ -316,7 +316,7 @@ impl Drop for Mount {
 /// unmounted when the guard drops.
 fn small_tmpfs(dir: &Path, size: &str) -> Mount {
     fs::create_dir(dir).unwrap();
-    let st = Command::new("mount")
+    let st = netem::testing::program("mount")
         .args(["-t", "tmpfs", "-o", &format!("size={size}"), "haul-test"])
         .arg(dir)
         .status()

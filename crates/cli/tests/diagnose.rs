@@ -61,9 +61,7 @@ fn doctor_reads_an_emulated_hosts_mtu_and_buffers_and_judges_them_by_the_bdp() {
     };
     // What the namespace's /proc/sys says, read by another program there.
     let sysctl = |key: &str| -> u64 {
-        let mut c = emu.command_a("cat");
-        c.arg(format!("/proc/sys/net/core/{key}"));
-        String::from_utf8(c.output().unwrap().stdout)
+        emu.in_a(|| std::fs::read_to_string(format!("/proc/sys/net/core/{key}")))
             .unwrap()
             .trim()
             .parse()

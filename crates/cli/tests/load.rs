@@ -206,12 +206,9 @@ fn a_client_stopped_mid_transfer_frees_its_session_after_the_timeout() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let pid = child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signals a child this test started, by its PID.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     // The one session slot is taken; once the server gives up on the
     // stopped client, the next one gets through.
     let t0 = Instant::now();
@@ -232,9 +229,8 @@ fn a_client_stopped_mid_transfer_frees_its_session_after_the_timeout() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let waited = t0.elapsed();
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &pid])
-        .status();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = child.wait();
     assert!(
         got_through,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::emu::serve_in_b_with;
 use common::*;
-use netem::testing::{require_emulator, unique_name};
+use netem::testing::{check_program, program, require_emulator, unique_name};
 use netem::{Emulator, EmulatorConfig, ADDR_B};
 use netsim::LinkConfig;
 
@@ -34,7 +34,7 @@ fn pg_bin() -> Option<PathBuf> {
 }
 
 fn have_postgres_user() -> bool {
-    Command::new("id")
+    program("id")
         .arg("postgres")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -51,7 +51,7 @@ struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new("ip")
+        let _ = program("ip")
             .args(["netns", "exec", &self.ns, "runuser", "-u", "postgres", "--"])
             .arg(self.bin.join("pg_ctl"))
             .args(["stop", "-m", "immediate", "-w", "-D"])
@@ -63,10 +63,11 @@ impl Drop for Cluster {
 }
 
 /// Runs a PostgreSQL program as user postgres in namespace `ns`.
-fn pg(bin: &Path, ns: &str, program: &str, args: &[&str], limit: Duration) -> Output {
-    let mut c = Command::new("ip");
+fn pg(bin: &Path, ns: &str, name: &str, args: &[&str], limit: Duration) -> Output {
+    check_program(name);
+    let mut c = program("ip");
     c.args(["netns", "exec", ns, "runuser", "-u", "postgres", "--"])
-        .arg(bin.join(program))
+        .arg(bin.join(name))
         .args(args)
         .stdin(Stdio::null());
     output_within(c, limit)
@@ -169,7 +170,7 @@ fn postgres_streaming_replication_converges_through_the_tunnel() {
     // PostgreSQL runs as postgres, in a directory it owns.
     let pgdir = env.dir.path().join("pg");
     std::fs::create_dir_all(&pgdir).unwrap();
-    let chown = Command::new("chown")
+    let chown = program("chown")
         .args(["-R", "postgres:postgres"])
         .arg(&pgdir)
         .status()

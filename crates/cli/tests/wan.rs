@@ -5,6 +5,7 @@
 mod common;
 
 use std::fs;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use common::emu::{cp_in_a, serve_in_b};
@@ -437,29 +438,40 @@ fn a_bulk_flow_crosses_a_long_lossy_link_through_the_tunnel() {
 
     // Random bytes, so that neither the cache nor compression shrinks them.
     let data = random_bytes(24 << 20, 31);
-    let src = env.local.join("flow.bin");
-    write_file(&src, &data);
-    let got = env.local.join("got.bin");
-    let mut sink = emu
-        .command_b("nc")
-        .args(["-l", "127.0.0.1", "5001"])
-        .stdout(fs::File::create(&got).unwrap())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let t0 = std::time::Instant::now();
-    let mut send = emu.command_a("nc");
-    send.args(["-N", "127.0.0.1", "15001"])
-        .stdin(fs::File::open(&src).unwrap());
-    let out = output_within(send, CP_LIMIT);
-    assert!(out.status.success(), "nc through the tunnel: {out:?}");
-    let ended = wait_until(CP_LIMIT, || sink.try_wait().unwrap().is_some());
-    let secs = t0.elapsed().as_secs_f64();
-    let _ = sink.kill();
+    // The flow's two ends are threads of this test inside the namespaces
+    // (no netcat): a target in B, a client of the tunnel in A.
+    let (target, secs) = std::thread::scope(|s| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let emu = &emu;
+        let target = s.spawn(move || {
+            emu.in_b(move || {
+                let l = std::net::TcpListener::bind("127.0.0.1:5001")?;
+                let _ = ready_tx.send(());
+                let (mut c, _) = l.accept()?;
+                c.set_read_timeout(Some(CP_LIMIT))?;
+                let mut got = Vec::new();
+                c.read_to_end(&mut got)?;
+                Ok(got)
+            })
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the target listens");
+        let t0 = std::time::Instant::now();
+        emu.in_a(|| {
+            let mut c = std::net::TcpStream::connect("127.0.0.1:15001")?;
+            c.set_write_timeout(Some(CP_LIMIT))?;
+            c.write_all(&data)?;
+            c.shutdown(std::net::Shutdown::Write)
+        })
+        .expect("the flow goes into the tunnel");
+        let got = target.join().expect("the target thread");
+        (got, t0.elapsed().as_secs_f64())
+    });
     let _ = tunnel.kill();
     let _ = tunnel.wait();
-    assert!(ended, "the target saw the end of the flow");
-    assert!(fs::read(&got).unwrap() == data, "the flow arrived intact");
+    let got = target.expect("the target saw the end of the flow");
+    assert!(got == data, "the flow arrived intact");
     eprintln!(
         "24 MiB through the tunnel in {secs:.1}s ({:.0} Mbit/s)",
         (24 << 20) as f64 * 8.0 / secs / 1e6

@@ -15,6 +15,7 @@ pub mod emulator;
 mod forward;
 pub mod netns;
 pub mod profile;
+pub mod programs;
 pub mod testing;
 mod tun;
 

@@ -1,11 +1,10 @@
 //! Creating, configuring and removing namespaces with iproute2.
 
 use std::io;
-use std::process::Command;
 
 /// Runs `ip ARGS`, turning a failure into an error that names the command.
 pub fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip").args(args).output()?;
+    let out = crate::programs::program("ip").args(args).output()?;
     if out.status.success() {
         return Ok(());
     }
@@ -21,7 +20,7 @@ pub fn ip(args: &[&str]) -> io::Result<()> {
 pub fn add(name: &str) -> io::Result<()> {
     ip(&["netns", "add", name])?;
     ip(&["-n", name, "link", "set", "lo", "up"])?;
-    let out = Command::new("ip")
+    let out = crate::programs::program("ip")
         .args([
             "netns",
             "exec",

@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub use crate::programs::{check_program, program};
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -57,7 +57,7 @@ fn which(prog: &str) -> Option<PathBuf> {
 }
 
 pub fn keygen(path: &Path) {
-    let st = Command::new("ssh-keygen")
+    let st = netem::testing::program("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(path)
         .stdin(Stdio::null())
@@ -76,7 +76,7 @@ fn free_port(ip: &str) -> u16 {
 impl Sshd {
     /// Starts sshd on 127.0.0.1 with fresh keys under `dir`.
     pub fn start(dir: &Path) -> Sshd {
-        Sshd::start_with(dir, "127.0.0.1", |p: &str| Command::new(p))
+        Sshd::start_with(dir, "127.0.0.1", |p: &str| netem::testing::program(p))
     }
 
     /// Starts sshd listening on `ip`, its command made by `command` (to
