@@ -1,14 +1,16 @@
 //! Fault rounds on loopback: each round pushes or pulls a file, kills the
-//! client or the server with SIGKILL at a seeded random moment, then runs
-//! the same command again (against a restarted server if it was the one
-//! killed). Every round must end byte-exact, with nothing left but the
-//! final file, having re-sent little of what the first run delivered.
+//! client, the server or both with SIGKILL at a seeded random moment, then
+//! runs the same command again, at once or once the receiver has let go of
+//! its partial (against a restarted server if it was killed). Every round
+//! must end byte-exact, with nothing left but the final file, having
+//! re-sent little of what the first run delivered.
 //!
 //! `HAUL_FAULT_ROUNDS` sets the number of rounds (4 by default, as in CI;
 //! `scripts/soak.sh` runs many more) and `HAUL_FAULT_SEED` the first seed.
 //!
 //! The same rounds run across the emulator (root only), on a link that
-//! corrupts, reorders, duplicates and drops packets: `HAUL_WAN_FAULT_ROUNDS`
+//! corrupts, reorders, duplicates and drops packets, and in a third of
+//! them the kill lands in an outage of the link: `HAUL_WAN_FAULT_ROUNDS`
 //! (2 by default) from `HAUL_WAN_FAULT_SEED`.
 
 mod common;
@@ -48,10 +50,83 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Victim {
     Client,
     Server,
+    /// Both, one right after the other, in an order the seed picks.
+    Both,
+}
+
+/// What a round does, drawn from its seed.
+#[derive(Debug)]
+struct Plan {
+    push: bool,
+    victim: Victim,
+    server_first: bool,
+    transport: &'static str,
+    kill_after: Duration,
+    /// Across the emulator: the link is cut this long before the kill and
+    /// comes back this long after it.
+    outage: Option<(Duration, Duration)>,
+    /// The same command again at once, without waiting for the receiver
+    /// to notice and let go of its partial (P-41). Always so after an
+    /// outage: a server whose client was killed while the link was down
+    /// hears nothing until it is poked.
+    at_once: bool,
+}
+
+impl Plan {
+    fn draw(seed: u64, load: &Load, emulated: bool) -> Plan {
+        let mut rng = Rng(seed);
+        let push = rng.below(2) == 0;
+        let victim = match rng.below(5) {
+            0 | 1 => Victim::Client,
+            2 | 3 => Victim::Server,
+            _ => Victim::Both,
+        };
+        let transport = ["tcp", "udp"][rng.below(2) as usize];
+        let kill_after = Duration::from_millis(200 + rng.below(load.kill_within));
+        let server_first = rng.below(2) == 0;
+        let at_once = rng.below(2) == 0;
+        let outage = (emulated && rng.below(3) == 0).then(|| {
+            let before = Duration::from_millis(100 + rng.below(500));
+            let after = Duration::from_millis(200 + rng.below(1300));
+            (before.min(kill_after), after)
+        });
+        Plan {
+            push,
+            victim,
+            server_first,
+            transport,
+            kill_after,
+            at_once: at_once || outage.is_some(),
+            outage,
+        }
+    }
+
+    fn describe(&self, seed: u64) -> String {
+        let victim = match (self.victim, self.server_first) {
+            (Victim::Both, true) => "server then client".to_string(),
+            (Victim::Both, false) => "client then server".to_string(),
+            (v, _) => format!("{v:?}"),
+        };
+        let outage = match self.outage {
+            Some((b, a)) => format!(", in an outage from {b:?} before to {a:?} after"),
+            None => String::new(),
+        };
+        format!(
+            "seed {seed}: {} over {}, {victim} killed after {:?}{outage}, re-run {}",
+            if self.push { "push" } else { "pull" },
+            self.transport,
+            self.kill_after,
+            if self.at_once {
+                "at once"
+            } else {
+                "once released"
+            }
+        )
+    }
 }
 
 /// Where a round runs: on loopback, or across the emulator (server in
@@ -118,19 +193,10 @@ fn round(seed: u64) {
 }
 
 fn round_at(place: &Place, load: &Load, seed: u64) {
-    let mut rng = Rng(seed);
-    let push = rng.below(2) == 0;
-    let victim = if rng.below(2) == 0 {
-        Victim::Client
-    } else {
-        Victim::Server
-    };
-    let transport = ["tcp", "udp"][rng.below(2) as usize];
-    let kill_after = Duration::from_millis(200 + rng.below(load.kill_within));
-    let what = format!(
-        "seed {seed}: {} over {transport}, {victim:?} killed after {kill_after:?}",
-        if push { "push" } else { "pull" }
-    );
+    let emulated = matches!(place, Place::Emulated(_));
+    let plan = Plan::draw(seed, load, emulated);
+    let what = plan.describe(seed);
+    let (push, transport) = (plan.push, plan.transport);
     let env = Env::new();
     let mut server = place.serve(&env);
     let data = random_bytes(load.size, seed);
@@ -167,26 +233,59 @@ fn round_at(place: &Place, load: &Load, seed: u64) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(kill_after);
-    let finished_first = child.try_wait().unwrap().is_some();
-    match victim {
-        Victim::Client => {
-            let _ = child.kill();
-            let _ = child.wait();
+    let cut = |down: bool| {
+        if let Place::Emulated(emu) = place {
+            emu.cut(down);
         }
-        Victim::Server => {
+    };
+    match plan.outage {
+        Some((before, _)) => {
+            std::thread::sleep(plan.kill_after - before);
+            cut(true);
+            std::thread::sleep(before);
+        }
+        None => std::thread::sleep(plan.kill_after),
+    }
+    let finished_first = child.try_wait().unwrap().is_some();
+    let kill_client = |child: &mut std::process::Child| {
+        let _ = child.kill();
+    };
+    match (plan.victim, plan.server_first) {
+        (Victim::Client, _) => kill_client(&mut child),
+        (Victim::Server, _) => server.kill(),
+        (Victim::Both, true) => {
             server.kill();
-            let _ = child.wait();
-            server = place.serve(&env);
+            kill_client(&mut child);
+        }
+        (Victim::Both, false) => {
+            kill_client(&mut child);
+            server.kill();
         }
     }
-    // Whoever received lets go of its partial once it notices.
+    if let Some((_, after)) = plan.outage {
+        std::thread::sleep(after);
+        cut(false);
+    }
+    // A client whose server was killed notices by itself, bounded.
     assert!(
-        wait_until(Duration::from_secs(20), || !store::partial::in_use(
-            &partial
-        )),
-        "{what}: the partial stays locked"
+        wait_until(Duration::from_secs(90), || child
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "{what}: the client did not notice that its server was gone"
     );
+    if plan.victim != Victim::Client {
+        server = place.serve(&env);
+    }
+    if !plan.at_once {
+        // Whoever received lets go of its partial once it notices.
+        assert!(
+            wait_until(Duration::from_secs(20), || !store::partial::in_use(
+                &partial
+            )),
+            "{what}: the partial stays locked"
+        );
+    }
     assert!(
         finished_first || !final_path.exists() || fs::read(&final_path).unwrap() == data,
         "{what}: a wrong file sits under the final name"

@@ -51,6 +51,8 @@ pub struct Report {
 pub struct Emulator {
     name: String,
     stop: Arc<AtomicBool>,
+    /// An outage switched on and off while running, both ways.
+    cut: Arc<AtomicBool>,
     threads: Vec<JoinHandle<(Counters, u64)>>,
     report: Option<Report>,
 }
@@ -78,6 +80,7 @@ impl Emulator {
         let mut emu = Emulator {
             name: cfg.name.clone(),
             stop: Arc::new(AtomicBool::new(false)),
+            cut: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
             report: None,
         };
@@ -110,14 +113,21 @@ impl Emulator {
             path_mtu: cfg.path_mtu,
         };
         for (input, output, link, label) in pairs {
-            let stop = emu.stop.clone();
+            let (stop, cut) = (emu.stop.clone(), emu.cut.clone());
             let filter = filter.clone();
             let t = std::thread::Builder::new()
                 .name(format!("netem-{label}"))
-                .spawn(move || forward::run(input, output, link, start, stop, &filter))?;
+                .spawn(move || forward::run(input, output, link, start, stop, cut, &filter))?;
             emu.threads.push(t);
         }
         Ok(emu)
+    }
+
+    /// Cuts the link both ways from now (`true`) until called again with
+    /// `false`: an outage at a moment a test picks while it runs. Packets
+    /// already on the link still arrive; counted as `dropped_outage`.
+    pub fn cut(&self, down: bool) {
+        self.cut.store(down, Ordering::Relaxed);
     }
 
     pub fn name(&self) -> &str {
@@ -134,14 +144,16 @@ impl Emulator {
 
     /// `ip netns exec NAME-a program`.
     pub fn command_a(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
+        crate::programs::check_program(program);
+        let mut c = crate::programs::program("ip");
         c.args(["netns", "exec", &self.ns_a(), program]);
         c
     }
 
     /// `ip netns exec NAME-b program`.
     pub fn command_b(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
+        crate::programs::check_program(program);
+        let mut c = crate::programs::program("ip");
         c.args(["netns", "exec", &self.ns_b(), program]);
         c
     }

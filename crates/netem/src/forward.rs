@@ -27,6 +27,7 @@ pub fn run(
     mut link: Link,
     start: Instant,
     stop: Arc<AtomicBool>,
+    cut: Arc<AtomicBool>,
     filter: &Filter,
 ) -> (Counters, u64) {
     // SAFETY: prctl with integer arguments only affects this thread.
@@ -34,6 +35,7 @@ pub fn run(
     let slack = (link.config().delay / 10).min(MAX_SLACK);
     let mut buf = vec![0u8; 65536];
     let mut write_errors = 0u64;
+    let mut cut_drops = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let mut busy = false;
         let horizon = start.elapsed() + slack;
@@ -49,6 +51,12 @@ pub fn run(
                 Ok(n) => {
                     busy = true;
                     if !filter.passes(&buf[..n]) {
+                        continue;
+                    }
+                    // An outage switched on while the emulator runs
+                    // (`Emulator::cut`): nothing enters the link.
+                    if cut.load(Ordering::Relaxed) {
+                        cut_drops += 1;
                         continue;
                     }
                     if let Some(mtu) = filter.path_mtu.filter(|&m| n > m as usize) {
@@ -100,7 +108,9 @@ pub fn run(
         // SAFETY: one pollfd we own, a valid timespec, no signal mask.
         unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     }
-    (link.counters().clone(), write_errors)
+    let mut counters = link.counters().clone();
+    counters.dropped_outage += cut_drops;
+    (counters, write_errors)
 }
 
 /// The emulated firewall: which packets may enter the link. The link is

@@ -512,6 +512,9 @@ pub struct DgOutcome {
     pub refused: u64,
 }
 
+/// What every chunk a play sends carries (made once, not per play).
+static CHUNK_BYTES: [u8; 1 << 16] = [0xA5; 1 << 16];
+
 /// Plays `steps` against a datagram receiver set up as `setup`.
 pub fn play_datagram(setup: &DgSetup, steps: impl IntoIterator<Item = DgStep>) -> DgOutcome {
     let mut now = Duration::ZERO;
@@ -521,7 +524,7 @@ pub fn play_datagram(setup: &DgSetup, steps: impl IntoIterator<Item = DgStep>) -
     // Blocks handed out and not reopened: the receiver has them.
     let mut stored: HashSet<(u32, u32)> = HashSet::new();
     let mut next = DATA_SEQ_START;
-    let data = vec![0xA5u8; 1 << 16];
+    let data = &CHUNK_BYTES;
     for step in steps {
         out.steps += 1;
         let numbered = r.numbered();
