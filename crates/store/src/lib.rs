@@ -18,6 +18,7 @@
 pub mod beneath;
 pub mod cache;
 pub mod confine;
+pub mod durable;
 pub mod error;
 pub mod journal;
 mod out_file;

@@ -30,6 +30,7 @@ use session::paths::{self, Placement};
 
 use crate::beneath::{self, Beneath};
 use crate::confine::Root;
+use crate::durable::SyncObserver;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::journal::Stamp;
 use crate::out_file::{Handle, MAX_OPEN};
@@ -176,6 +177,8 @@ pub struct Sink {
     /// What to do when another transfer wants a partial this one holds
     /// (P-41).
     poke: Mutex<Option<Arc<partial::Poke>>>,
+    /// Told of every sync (a test's fault layer; see [`crate::durable`]).
+    observer: Mutex<Option<Arc<dyn SyncObserver>>>,
 }
 
 fn timespec(t: SystemTime) -> rustix::fs::Timespec {
@@ -224,6 +227,19 @@ impl Sink {
             }),
             notes: Arc::new(Notes::default()),
             poke: Mutex::new(None),
+            observer: Mutex::new(None),
+        }
+    }
+
+    /// Tells `observer` of every sync this sink makes, as it returns: for
+    /// a fault layer that keeps what a host crash would leave (tests).
+    pub fn observe_syncs(&self, observer: Arc<dyn SyncObserver>) {
+        *self.observer.lock().expect("observer") = Some(observer);
+    }
+
+    fn observed(&self, f: impl FnOnce(&dyn SyncObserver)) {
+        if let Some(o) = &*self.observer.lock().expect("observer") {
+            f(&**o);
         }
     }
 
@@ -658,9 +674,10 @@ impl Sink {
             }
         }
         if let [(f, ..)] = &found[..] {
-            f.handle()?
-                .sync_all()
+            let h = f.handle()?;
+            h.sync_all()
                 .map_err(|e| StoreError::io("sync", &f.final_path, &e))?;
+            self.observed(|o| o.file_synced(&h));
         } else {
             // One syncfs per file system, through a directory on it.
             let mut per_device = HashSet::new();
@@ -671,6 +688,7 @@ impl Sink {
                 if per_device.insert(dev) {
                     rustix::fs::syncfs(&**d)
                         .map_err(|e| StoreError::io("sync", &found[0].0.final_path, &e.into()))?;
+                    self.observed(|o| o.all_synced(d));
                 }
             }
         }
@@ -693,6 +711,7 @@ impl Sink {
             rustix::fs::fsync(&**d).map_err(|e| {
                 StoreError::io("sync directory", &found[0].0.tree.shown(rel), &e.into())
             })?;
+            self.observed(|o| o.dir_synced(d));
         }
         let mut table = self.files.lock().expect("file table");
         for (id, ..) in batch {
@@ -734,8 +753,10 @@ impl Sink {
         }
         // Directories and links made along the way, and the metadata just
         // set, become durable with one sync of the destination's file system.
-        rustix::fs::syncfs(&*tree.dir(b"")?)
-            .map_err(|e| StoreError::io("sync", tree.path(), &e.into()))
+        let top = tree.dir(b"")?;
+        rustix::fs::syncfs(&*top).map_err(|e| StoreError::io("sync", tree.path(), &e.into()))?;
+        self.observed(|o| o.all_synced(&top));
+        Ok(())
     }
 
     /// What `--delete` removes (P-32): everything in the directories of
