@@ -61,8 +61,8 @@ for t in "${targets[@]}"; do
     fi
     tail -n 12 "$log"
     took=$(($(date +%s) - start))
-    done_runs=$(grep -o 'number_of_executed_units: [0-9]*' "$log" | tail -n 1 | awk '{print $2}')
-    rss=$(grep -o 'peak_rss_mb: [0-9]*' "$log" | tail -n 1 | awk '{print $2}')
+    done_runs=$(awk '/number_of_executed_units:/ {n = $2} END {print n}' "$log")
+    rss=$(awk '/peak_rss_mb:/ {n = $2} END {print n}' "$log")
     if [ -n "${FUZZ_SUMMARY:-}" ]; then
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$san" \
             "${done_runs:-0}" "$took" "$(( ${done_runs:-0} / (took > 0 ? took : 1) ))" \

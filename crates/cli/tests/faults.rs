@@ -326,13 +326,33 @@ fn round_at(place: &Place, load: &Load, seed: u64) {
     eprintln!("{what}: ok ({had} bytes were there)");
 }
 
+/// Runs `round` for each seed, going on past a failing one, then fails
+/// naming every failing seed: a soak reports all it found.
+fn every_round(rounds: u64, first: u64, round: impl Fn(u64)) {
+    let mut failed = Vec::new();
+    for seed in first..first + rounds {
+        if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| round(seed))) {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("seed {seed}: FAILED: {why}");
+            failed.push(seed);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {rounds} rounds failed, seeds {failed:?}",
+        failed.len()
+    );
+}
+
 #[test]
 fn killed_at_random_moments_every_round_ends_byte_exact() {
     let rounds = env_u64("HAUL_FAULT_ROUNDS", 4);
     let first = env_u64("HAUL_FAULT_SEED", 1);
-    for seed in first..first + rounds {
-        round(seed);
-    }
+    every_round(rounds, first, round);
 }
 
 /// 30 ms of round trip at 100 Mbit/s, and both ways: 0.2% loss, 0.2% of
@@ -375,12 +395,17 @@ fn killed_across_a_damaging_link_every_round_ends_byte_exact() {
     };
     let rounds = env_u64("HAUL_WAN_FAULT_ROUNDS", 2);
     let first = env_u64("HAUL_WAN_FAULT_SEED", 1);
-    for seed in first..first + rounds {
+    every_round(rounds, first, |seed| {
         let place = Place::Emulated(Box::new(damaging_link(seed)));
-        round_at(&place, &load, seed);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            round_at(&place, &load, seed)
+        }));
         if let Place::Emulated(mut emu) = place {
             let report = emu.stop();
             eprintln!("seed {seed}: link {report:?}");
         }
-    }
+        if let Err(e) = r {
+            std::panic::resume_unwind(e);
+        }
+    });
 }

@@ -575,6 +575,12 @@ impl SenderSession {
             }
             Msg::Note { kind, text } => {
                 if self.notes.len() < wire::MAX_NOTES {
+                    // Shown on the user's terminal: no control characters
+                    // from a peer.
+                    let text = text
+                        .chars()
+                        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                        .collect();
                     self.notes.push((kind, text));
                 }
             }
@@ -901,6 +907,37 @@ mod tests {
             .unwrap();
         dry.handle(Msg::Done(Summary::default()), now).unwrap();
         assert_eq!(dry.deleted, vec!["old".to_string()]);
+    }
+
+    #[test]
+    fn notes_are_kept_to_their_limit_without_control_characters() {
+        let now = Instant::now();
+        let mut tx = SenderSession::new(vec![file_entry(0, b"a", 10)], 4, 1 << 20);
+        for i in 0..wire::MAX_NOTES + 5 {
+            let text = format!("a: note {i}\x1b[2J\r");
+            let kind = wire::NoteKind::PartialHeld;
+            tx.handle(Msg::Note { kind, text }, now).unwrap();
+        }
+        assert_eq!(tx.notes.len(), wire::MAX_NOTES);
+        assert_eq!(tx.notes[0].1, "a: note 0\u{fffd}[2J\u{fffd}");
+    }
+
+    #[test]
+    fn a_receivers_notes_stop_at_the_limit_with_a_last_one_saying_so() {
+        use crate::receiver::ReceiverSession;
+        let mut rx = ReceiverSession::new(4);
+        for i in 0..wire::MAX_NOTES + 5 {
+            rx.note(wire::NoteKind::PartialStale, format!("f{i}: stale"));
+        }
+        let sent: Vec<Msg> = std::iter::from_fn(|| rx.poll_control())
+            .filter(|m| matches!(m, Msg::Note { .. }))
+            .collect();
+        assert_eq!(sent.len(), wire::MAX_NOTES);
+        assert!(
+            matches!(&sent[wire::MAX_NOTES - 1], Msg::Note { text, .. } if text.contains("left out")),
+            "{sent:?}"
+        );
+        assert_eq!(rx.notes.len(), wire::MAX_NOTES);
     }
 
     #[test]

@@ -267,6 +267,39 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_started_afresh_says_why() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(".x.haul.journal");
+        let dir = crate::beneath::open_dir(d.path()).unwrap();
+        let j = Journal {
+            dir: &dir,
+            name: OsStr::new(".x.haul.journal"),
+        };
+        assert_eq!(j.open_why(&stamp(), true).unwrap().1, Some(Afresh::Missing));
+        j.record(1, &[1; 32]).unwrap();
+        let kept = j.open_why(&stamp(), true).unwrap();
+        assert_eq!(kept, (vec![(1, [1; 32])], None));
+        let other = Stamp {
+            size: 6 << 20,
+            ..stamp()
+        };
+        assert_eq!(
+            j.open_why(&other, true).unwrap().1,
+            Some(Afresh::OtherStamp(stamp()))
+        );
+        std::fs::write(&p, b"not a journal at all, longer than a header").unwrap();
+        assert!(matches!(
+            j.open_why(&stamp(), true).unwrap().1,
+            Some(Afresh::Unreadable(_))
+        ));
+        assert_eq!(
+            j.open_why(&stamp(), false).unwrap().1,
+            None,
+            "nothing to keep"
+        );
+    }
+
+    #[test]
     fn bad_journals_are_refused() {
         assert_eq!(decode(b"HAUL"), Err(JournalError::Short));
         assert_eq!(decode(b"nonsense"), Err(JournalError::Magic));

@@ -96,9 +96,7 @@ fn pokes() -> &'static Pokes {
 }
 
 fn inode(f: &File) -> Option<(u64, u64)> {
-    rustix::fs::fstat(f)
-        .ok()
-        .map(|st| (st.st_dev, st.st_ino))
+    rustix::fs::fstat(f).ok().map(|st| (st.st_dev, st.st_ino))
 }
 
 /// Registers `poke` for `file`, a partial this transfer holds, until it is
