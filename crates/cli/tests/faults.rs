@@ -25,24 +25,6 @@ use netem::testing::{require_emulator, unique_name};
 use netem::{Emulator, EmulatorConfig, ADDR_B};
 use netsim::LinkConfig;
 
-/// A small deterministic generator (SplitMix64), so a failing round can be
-/// replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -78,7 +60,8 @@ struct Plan {
 
 impl Plan {
     fn draw(seed: u64, load: &Load, emulated: bool) -> Plan {
-        let mut rng = Rng(seed);
+        // Deterministic, so a failing round replays from its seed.
+        let mut rng = netsim::Rng::new(seed);
         let push = rng.below(2) == 0;
         let victim = match rng.below(5) {
             0 | 1 => Victim::Client,

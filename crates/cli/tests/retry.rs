@@ -9,7 +9,7 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,6 +36,30 @@ fn capped_push(env: &Env, server: &Server, src: &Path, name: &str, extra: &[&str
         .unwrap()
 }
 
+/// A server, and a source `name` of `mib` MiB of seeded random bytes.
+fn with_source(name: &str, mib: usize, seed: u64) -> (Env, Server, PathBuf, Vec<u8>) {
+    let env = Env::new();
+    let server = env.serve();
+    let src = env.local.join(name);
+    let data = random_bytes(mib << 20, seed);
+    write_file(&src, &data);
+    (env, server, src, data)
+}
+
+/// `capped_push` of `src` to `name`, once the server has written `blocks`
+/// of it.
+fn push_under_way(env: &Env, server: &Server, src: &Path, name: &str, blocks: u64) -> Child {
+    let child = capped_push(env, server, src, name, &[]);
+    let (dir, base) = match name.rsplit_once('/') {
+        Some((d, b)) => (env.root.join(d), b),
+        None => (env.root.clone(), name),
+    };
+    waits_for("blocks to arrive", Duration::from_secs(30), || {
+        journaled(&dir, base) >= blocks
+    });
+    child
+}
+
 fn json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -51,11 +75,7 @@ fn waits_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
 
 #[test]
 fn a_retry_right_behind_a_killed_client_resumes_on_both_transports() {
-    let env = Env::new();
-    let server = env.serve();
-    let src = env.local.join("big");
-    let data = random_bytes(32 << 20, 24);
-    write_file(&src, &data);
+    let (env, server, src, data) = with_source("big", 32, 24);
     for transport in ["tcp", "udp"] {
         for trial in 0..3 {
             let name = format!("{transport}{trial}");
@@ -93,15 +113,8 @@ fn a_retry_right_behind_a_killed_client_resumes_on_both_transports() {
 
 #[test]
 fn a_partial_another_live_transfer_holds_is_named_and_the_loser_leaves_nothing() {
-    let env = Env::new();
-    let server = env.serve();
-    let src = env.local.join("f");
-    let data = random_bytes(16 << 20, 25);
-    write_file(&src, &data);
-    let first = capped_push(&env, &server, &src, "same", &[]);
-    waits_for("blocks to arrive", Duration::from_secs(30), || {
-        journaled(&env.root, "same") >= 2
-    });
+    let (env, server, src, data) = with_source("f", 16, 25);
+    let first = push_under_way(&env, &server, &src, "same", 2);
     let t0 = Instant::now();
     let out = env.cp(&[
         "--json",
@@ -144,16 +157,9 @@ fn a_partial_another_live_transfer_holds_is_named_and_the_loser_leaves_nothing()
 
 #[test]
 fn a_partial_of_another_version_or_without_its_journal_is_named() {
-    let env = Env::new();
-    let server = env.serve();
-    let src = env.local.join("v");
-    let data = random_bytes(16 << 20, 26);
-    write_file(&src, &data);
+    let (env, server, src, data) = with_source("v", 16, 26);
     let interrupt = |name: &str| {
-        let mut child = capped_push(&env, &server, &src, name, &[]);
-        waits_for("blocks to arrive", Duration::from_secs(30), || {
-            journaled(&env.root, name) >= 4
-        });
+        let mut child = push_under_way(&env, &server, &src, name, 4);
         child.kill().unwrap();
         child.wait().unwrap();
         waits_for("the server to let go", Duration::from_secs(20), || {
@@ -194,11 +200,7 @@ fn a_partial_of_another_version_or_without_its_journal_is_named() {
 
 #[test]
 fn sync_delete_keeps_partials_and_delete_partials_takes_only_free_ones() {
-    let env = Env::new();
-    let server = env.serve();
-    let big = env.local.join("big");
-    let data = random_bytes(24 << 20, 27);
-    write_file(&big, &data);
+    let (env, server, big, data) = with_source("big", 24, 27);
     let mirror = env.local.join("mirror");
     fs::create_dir(&mirror).unwrap();
     write_file(&mirror.join("kept"), b"kept");
@@ -207,10 +209,7 @@ fn sync_delete_keeps_partials_and_delete_partials_takes_only_free_ones() {
     // A leftover of a transfer killed earlier, and a live push.
     fs::create_dir(env.root.join("dir/sub")).unwrap();
     write_file(&env.root.join("dir/sub/.old.haul.part"), b"left");
-    let live = capped_push(&env, &server, &big, "dir/pushed", &[]);
-    waits_for("blocks to arrive", Duration::from_secs(30), || {
-        journaled(&env.root.join("dir"), "pushed") >= 2
-    });
+    let live = push_under_way(&env, &server, &big, "dir/pushed", 2);
     let sync = |extra: &[&str]| {
         let mut c = env.cp_cmd(&["--json"]);
         c.arg("--delete").arg("-r").args(extra);
@@ -258,14 +257,8 @@ fn sync_delete_keeps_partials_and_delete_partials_takes_only_free_ones() {
 
 #[test]
 fn a_push_whose_temporary_vanished_fails_saying_so() {
-    let env = Env::new();
-    let server = env.serve();
-    let src = env.local.join("g");
-    write_file(&src, &random_bytes(16 << 20, 28));
-    let child = capped_push(&env, &server, &src, "gone", &[]);
-    waits_for("blocks to arrive", Duration::from_secs(30), || {
-        journaled(&env.root, "gone") >= 2
-    });
+    let (env, server, src, _) = with_source("g", 16, 28);
+    let child = push_under_way(&env, &server, &src, "gone", 2);
     fs::remove_file(env.root.join(".gone.haul.part")).unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -292,14 +285,8 @@ fn rewrite_keeping_time(path: &Path, offsets: &[u64], bytes: usize, fill: u8) {
 
 #[test]
 fn a_source_rewritten_with_its_time_restored_is_sent_whole_and_new() {
-    let env = Env::new();
-    let server = env.serve();
-    let src = env.local.join("db");
-    write_file(&src, &random_bytes(24 << 20, 29));
-    let child = capped_push(&env, &server, &src, "db", &[]);
-    waits_for("blocks to arrive", Duration::from_secs(30), || {
-        journaled(&env.root, "db") >= 8
-    });
+    let (env, server, src, _) = with_source("db", 24, 29);
+    let child = push_under_way(&env, &server, &src, "db", 8);
     // One region already sent, one not yet: without the inode's change
     // time the result would mix old and new.
     rewrite_keeping_time(&src, &[1 << 20, 20 << 20], 256 << 10, 0xab);

@@ -200,9 +200,10 @@ pub fn holder_at(dir: &OwnedFd, name: &OsStr) -> Holder {
 }
 
 /// Waits for the partial `name` in `dir` to be free: up to [`LET_GO_WAIT`]
-/// while its holder lets go, up to [`LIVE_GRACE`] for a holder that still
-/// looks live to start letting go. Says who holds it at the end.
-pub fn settle(dir: &OwnedFd, name: &OsStr) -> Holder {
+/// while its holder lets go, up to `live_grace` (at most [`LIVE_GRACE`],
+/// what a transfer has left of it) for a holder that still looks live to
+/// start letting go. Says who holds it at the end.
+pub fn settle(dir: &OwnedFd, name: &OsStr, live_grace: Duration) -> Holder {
     let start = Instant::now();
     let mut poked = false;
     loop {
@@ -219,7 +220,7 @@ pub fn settle(dir: &OwnedFd, name: &OsStr) -> Holder {
         };
         let wait = match h {
             Holder::Nobody => return h,
-            Holder::Live => LIVE_GRACE,
+            Holder::Live => live_grace,
             Holder::LettingGo => LET_GO_WAIT,
         };
         if start.elapsed() >= wait {
@@ -359,10 +360,10 @@ pub fn in_use_at(dir: &OwnedFd, name: &OsStr) -> bool {
 
 /// The partial an earlier transfer left for the file `name` in `dir`,
 /// opened for reading, if a regular file is there and nobody holds it
-/// once a holder letting go has closed it ([`settle`]).
-pub fn left_in(dir: &OwnedFd, name: &OsStr) -> Option<File> {
+/// once a holder letting go has closed it ([`settle`], with `live_grace`).
+pub fn left_in(dir: &OwnedFd, name: &OsStr, live_grace: Duration) -> Option<File> {
     let part = resumable_name(name);
-    if settle(dir, &part) != Holder::Nobody {
+    if settle(dir, &part, live_grace) != Holder::Nobody {
         return None;
     }
     // Only a look: the transfer that resumes it takes its own lock.
@@ -397,18 +398,24 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = open_dir(d.path()).unwrap();
         let fin = OsStr::new("x");
-        assert!(left_in(&dir, fin).is_none(), "nothing there yet");
+        assert!(
+            left_in(&dir, fin, LIVE_GRACE).is_none(),
+            "nothing there yet"
+        );
         let p = resumable_name(fin);
         let (held, existed) = open_locked(&dir, &p).unwrap();
         assert!(!existed);
         assert!(in_use_at(&dir, &p));
         assert!(in_use(&d.path().join(&p)));
-        assert!(left_in(&dir, fin).is_none(), "a live transfer holds it");
+        assert!(
+            left_in(&dir, fin, LIVE_GRACE).is_none(),
+            "a live transfer holds it"
+        );
         let again = open_locked(&dir, &p).unwrap_err();
         assert_eq!(again.kind(), io::ErrorKind::WouldBlock);
         drop(held);
         assert!(!in_use_at(&dir, &p));
-        let left = left_in(&dir, fin).expect("left for the next transfer");
+        let left = left_in(&dir, fin, LIVE_GRACE).expect("left for the next transfer");
         assert!(!in_use_at(&dir, &p), "looking takes no lock");
         drop(left);
         let (_f, existed) = open_locked(&dir, &p).unwrap();
@@ -423,7 +430,11 @@ mod tests {
         let (held, _) = open_locked(&dir, &p).unwrap();
         assert_eq!(holder_at(&dir, &p), Holder::Live);
         let t0 = Instant::now();
-        assert_eq!(settle(&dir, &p), Holder::Live, "a live holder keeps it");
+        assert_eq!(
+            settle(&dir, &p, LIVE_GRACE),
+            Holder::Live,
+            "a live holder keeps it"
+        );
         assert!(t0.elapsed() >= LIVE_GRACE);
         let_go(&held);
         assert_eq!(holder_at(&dir, &p), Holder::LettingGo);
@@ -433,10 +444,14 @@ mod tests {
             drop(held);
         });
         let t0 = Instant::now();
-        assert_eq!(settle(&dir, &p), Holder::Nobody, "taken over once closed");
+        assert_eq!(
+            settle(&dir, &p, LIVE_GRACE),
+            Holder::Nobody,
+            "taken over once closed"
+        );
         assert!(t0.elapsed() >= Duration::from_millis(150));
         closer.join().unwrap();
-        let left = left_in(&dir, OsStr::new("x")).expect("left for the next transfer");
+        let left = left_in(&dir, OsStr::new("x"), LIVE_GRACE).expect("left for the next transfer");
         drop(left);
         let (again, existed) = open_locked(&dir, &p).unwrap();
         assert!(existed);
@@ -454,7 +469,7 @@ mod tests {
         let (held, _) = open_locked(&dir, &p).unwrap();
         drop(held);
         let t0 = Instant::now();
-        assert_eq!(settle(&dir, &p), Holder::Nobody);
+        assert_eq!(settle(&dir, &p, LIVE_GRACE), Holder::Nobody);
         assert!(t0.elapsed() < Duration::from_millis(100));
     }
 
@@ -510,7 +525,7 @@ mod tests {
         let dir = open_dir(d.path()).unwrap();
         let e = open_locked(&dir, &resumable_name(OsStr::new("x"))).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
-        assert!(left_in(&dir, OsStr::new("x")).is_none());
+        assert!(left_in(&dir, OsStr::new("x"), LIVE_GRACE).is_none());
         assert_eq!(std::fs::read(&victim).unwrap(), b"secret");
     }
 }

@@ -179,6 +179,10 @@ pub struct Sink {
     poke: Mutex<Option<Arc<partial::Poke>>>,
     /// Told of every sync (a test's fault layer; see [`crate::durable`]).
     observer: Mutex<Option<Arc<dyn SyncObserver>>>,
+    /// What is left of the time this transfer waits, all files together,
+    /// for partials that other transfers still hold live (P-41): two
+    /// syncs of one tree at once must not wait that long for every file.
+    live_grace: Mutex<Duration>,
 }
 
 fn timespec(t: SystemTime) -> rustix::fs::Timespec {
@@ -228,7 +232,26 @@ impl Sink {
             notes: Arc::new(Notes::default()),
             poke: Mutex::new(None),
             observer: Mutex::new(None),
+            live_grace: Mutex::new(partial::LIVE_GRACE),
         }
+    }
+
+    /// [`partial::settle`], out of this transfer's grace for live holders.
+    fn settle(&self, dir: &OwnedFd, name: &OsStr) -> Holder {
+        let mut grace = self.live_grace.lock().expect("live grace");
+        let t0 = std::time::Instant::now();
+        let h = partial::settle(dir, name, *grace);
+        if h == Holder::Live {
+            *grace = grace.saturating_sub(t0.elapsed());
+        }
+        h
+    }
+
+    /// [`partial::left_in`], out of this transfer's grace for live holders.
+    fn left_in(&self, dir: &OwnedFd, name: &OsStr) -> Option<File> {
+        (self.settle(dir, &partial::resumable_name(name)) == Holder::Nobody)
+            .then(|| partial::left_in(dir, name, Duration::ZERO))
+            .flatten()
     }
 
     /// Tells `observer` of every sync this sink makes, as it returns: for
@@ -286,7 +309,7 @@ impl Sink {
                 let parent = base.parent().filter(|p| !p.as_os_str().is_empty());
                 let name = base.file_name().unwrap_or(OsStr::new(""));
                 beneath::open_dir(parent.unwrap_or(Path::new(".")))
-                    .is_ok_and(|d| partial::left_in(&d, name).is_some())
+                    .is_ok_and(|d| self.left_in(&d, name).is_some())
             }
         }
     }
@@ -448,7 +471,7 @@ impl Sink {
         let kind = tree.kind(&beneath::join(dir_rel, resumable.as_bytes()))?;
         let held = match kind {
             None => Holder::Nobody,
-            Some(FileType::RegularFile) => partial::settle(&dir, &resumable),
+            Some(FileType::RegularFile) => self.settle(&dir, &resumable),
             Some(_) => Holder::Live,
         };
         let (temp, resumable) = match held {
@@ -865,7 +888,7 @@ impl Sink {
         };
         Ok(tree
             .parent_if_there(&below)?
-            .and_then(|(dir, name)| partial::left_in(&dir, name)))
+            .and_then(|(dir, name)| self.left_in(&dir, name)))
     }
 }
 

@@ -25,6 +25,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use netsim::Rng;
 use store::durable::SyncObserver;
 use store::{Destination, Root, Sink, Stamp};
 
@@ -204,23 +205,6 @@ impl SyncObserver for Shadow {
     }
 }
 
-/// SplitMix64, so a failing case replays from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// A source file of the case: its name and bytes.
 struct Source {
     name: String,
@@ -338,7 +322,8 @@ fn check_placed(dest: &Path, files: &[Source], what: &str) {
 }
 
 fn case(seed: u64) {
-    let mut rng = Rng(seed);
+    // Deterministic, so a failing case replays from its seed.
+    let mut rng = Rng::new(seed);
     let d = tempfile::tempdir().unwrap();
     let dest = d.path().join("dest");
     fs::create_dir(&dest).unwrap();
@@ -346,7 +331,7 @@ fn case(seed: u64) {
         .map(|n| Source {
             name: format!("f{n}"),
             data: (0..BLOCK as u64 * (1 + rng.below(6)) + rng.below(BLOCK as u64))
-                .map(|_| rng.next() as u8)
+                .map(|_| rng.next_u64() as u8)
                 .collect(),
         })
         .collect();

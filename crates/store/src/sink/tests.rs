@@ -372,3 +372,40 @@ fn a_dir_contents_destination_is_made_only_when_something_arrives() {
     s.finish(&[]).unwrap();
     assert!(dest.is_dir(), "an empty `dir/` still makes its directory");
 }
+
+#[test]
+fn partials_another_live_transfer_holds_cost_one_grace_in_all() {
+    let d = tempfile::tempdir().unwrap();
+    fs::create_dir(d.path().join("t")).unwrap();
+    let dir = beneath::open_dir(&d.path().join("t")).unwrap();
+    // Another transfer, live, holds the partials of both files.
+    let held: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| partial::open_locked(&dir, &partial::resumable_name(OsStr::new(n))).unwrap())
+        .collect();
+    let s = sink_at(d.path(), "t", true);
+    let t0 = std::time::Instant::now();
+    s.open_file(1, b"a", &stamp(8)).unwrap();
+    s.open_file(2, b"b", &stamp(8)).unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took >= partial::LIVE_GRACE,
+        "waited for the holder: {took:?}"
+    );
+    assert!(
+        took < partial::LIVE_GRACE + Duration::from_secs(2),
+        "waited once, not per file: {took:?}"
+    );
+    let notes = s.take_notes();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes
+        .iter()
+        .all(|(k, t)| *k == NoteKind::PartialHeld && t.contains("still running")));
+    // Both went to names of their own, and the held partials are untouched.
+    s.write_block(1, 0, b"12345678").unwrap();
+    s.write_block(2, 0, b"abcdefgh").unwrap();
+    s.finalize(&[(1, 0o644, 0, 0), (2, 0o644, 0, 0)]).unwrap();
+    assert_eq!(fs::read(d.path().join("t/a")).unwrap(), b"12345678");
+    assert!(d.path().join("t/.a.haul.part").exists(), "still held");
+    drop(held);
+}
