@@ -344,15 +344,21 @@ pub fn output_within(mut c: Command, limit: Duration) -> Output {
     }
 }
 
+/// Blocks a kill may catch between their write and their journal record:
+/// one per writing thread (P-35), at most four in these tests, of the
+/// tests' 256 KiB. Such a block is in the partial but not trusted.
+const CAUGHT_MID_WRITE: u64 = 4 * (256 << 10);
+
 /// The resumed run (`--json`) took all but 1% of the `had` bytes the
-/// first run delivered from the partial: by its journal, block by block,
-/// or by content where the journal could not say. Returns what it reused.
+/// first run delivered from the partial, and the blocks a kill caught
+/// mid-write: by its journal, block by block, or by content where the
+/// journal could not say. Returns what it reused.
 pub fn assert_reused(out: &Output, had: u64) -> u64 {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let reused =
         json["resumed_bytes"].as_u64().unwrap() + json["saved_dedup_bytes"].as_u64().unwrap();
     assert!(
-        reused + had / 100 >= had,
+        reused + had / 100 + CAUGHT_MID_WRITE >= had,
         "resumed reusing {reused} of the {had} bytes delivered: {json}"
     );
     reused
