@@ -113,7 +113,9 @@ fn a_retry_right_behind_a_killed_client_resumes_on_both_transports() {
 
 #[test]
 fn a_partial_another_live_transfer_holds_is_named_and_the_loser_leaves_nothing() {
-    let (env, server, src, data) = with_source("f", 16, 25);
+    // 40 MiB at 40 Mbit/s: 8 s, still running when the second has waited
+    // out its grace for a live holder (5 s).
+    let (env, server, src, data) = with_source("f", 40, 25);
     let first = push_under_way(&env, &server, &src, "same", 2);
     let t0 = Instant::now();
     let out = env.cp(&[
