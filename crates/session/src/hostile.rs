@@ -314,7 +314,24 @@ impl RxPlayer {
                 let digest = fake_hash(f.id, u32::MAX);
                 self.rx.handle(Msg::Digest { file: f.id, digest })?;
             }
-            RxStep::Msg(m) => self.rx.handle(m)?,
+            RxStep::Msg(m) => {
+                // A raw `Kept` stores held blocks as `RxStep::Kept` does:
+                // the model must know them written (found by the fuzzer).
+                let kept = match &m {
+                    Msg::Kept(list) => list.clone(),
+                    _ => Vec::new(),
+                };
+                self.rx.handle(m)?;
+                for (file, index) in kept {
+                    let held = self.by_id.get(&file).copied().filter(|&i| {
+                        let f = &self.files[i];
+                        f.held.contains(&index) && !f.hashes.contains_key(&index)
+                    });
+                    if let Some(i) = held {
+                        self.files[i].hashes.insert(index, fake_hash(file, index));
+                    }
+                }
+            }
             RxStep::Answer { pick, skip } => {
                 let Some(f) = self.pick(pick) else {
                     return Ok(());
