@@ -87,11 +87,18 @@ pub const LIVE_GRACE: Duration = Duration::from_secs(5);
 /// lets go, instead of holding on until its timeout.
 pub type Poke = dyn Fn() + Send + Sync;
 
-/// The pokes of the partials this process holds, by device and inode.
-type Pokes = Mutex<HashMap<(u64, u64), Weak<Poke>>>;
+/// The pokes of the partials this process holds, by device and inode;
+/// entries whose transfer has ended are pruned whenever the map has
+/// doubled since the last pruning, so a tree of many files costs a
+/// constant time a file.
+#[derive(Default)]
+struct Pokes {
+    by_inode: HashMap<(u64, u64), Weak<Poke>>,
+    pruned_at: usize,
+}
 
-fn pokes() -> &'static Pokes {
-    static P: std::sync::OnceLock<Pokes> = std::sync::OnceLock::new();
+fn pokes() -> &'static Mutex<Pokes> {
+    static P: std::sync::OnceLock<Mutex<Pokes>> = std::sync::OnceLock::new();
     P.get_or_init(Default::default)
 }
 
@@ -105,15 +112,18 @@ fn inode(f: &File) -> Option<(u64, u64)> {
 pub fn on_contention(file: &File, poke: &Arc<Poke>) {
     if let Some(key) = inode(file) {
         let mut p = pokes().lock().unwrap_or_else(|e| e.into_inner());
-        p.retain(|_, w| w.strong_count() > 0);
-        p.insert(key, Arc::downgrade(poke));
+        if p.by_inode.len() >= 2 * p.pruned_at.max(512) {
+            p.by_inode.retain(|_, w| w.strong_count() > 0);
+            p.pruned_at = p.by_inode.len();
+        }
+        p.by_inode.insert(key, Arc::downgrade(poke));
     }
 }
 
 fn poke_holder(f: &File) {
     let poke = inode(f).and_then(|key| {
         let p = pokes().lock().unwrap_or_else(|e| e.into_inner());
-        p.get(&key).and_then(Weak::upgrade)
+        p.by_inode.get(&key).and_then(Weak::upgrade)
     });
     if let Some(poke) = poke {
         poke();
@@ -457,6 +467,29 @@ mod tests {
         assert!(existed);
         assert_eq!(holder_at(&dir, &p), Holder::Live, "the new holder is live");
         drop(again);
+    }
+
+    #[test]
+    fn a_live_holder_is_poked_once_by_a_transfer_that_wants_its_partial() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let d = tempfile::tempdir().unwrap();
+        let dir = open_dir(d.path()).unwrap();
+        let p = resumable_name(OsStr::new("z"));
+        let (held, _) = open_locked(&dir, &p).unwrap();
+        let pokes = Arc::new(AtomicUsize::new(0));
+        let counted = pokes.clone();
+        let poke: Arc<Poke> = Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        on_contention(&held, &poke);
+        let grace = Duration::from_millis(100);
+        assert_eq!(settle(&dir, &p, grace), Holder::Live);
+        assert_eq!(pokes.load(Ordering::SeqCst), 1, "once a wait");
+        // A holder whose transfer has ended is no longer poked.
+        drop(poke);
+        assert_eq!(settle(&dir, &p, grace), Holder::Live);
+        assert_eq!(pokes.load(Ordering::SeqCst), 1);
+        drop(held);
     }
 
     #[test]
