@@ -43,12 +43,15 @@ fn every_kept_input_decodes_or_is_refused_without_a_panic() {
 fn seeded_random_and_mutated_inputs_never_panic() {
     // Seeded: the inputs are the same every run.
     let mut rng = netsim::Rng::new(0x9E37_79B9_7F4A_7C15);
-    let seeds: Vec<Vec<u8>> = fs::read_dir(regressions())
+    // Sorted by path: directory order differs between file systems.
+    let mut paths: Vec<PathBuf> = fs::read_dir(regressions())
         .unwrap()
         .flatten()
         .flat_map(|d| fs::read_dir(d.path()).unwrap().flatten())
-        .map(|e| fs::read(e.path()).unwrap())
+        .map(|e| e.path())
         .collect();
+    paths.sort();
+    let seeds: Vec<Vec<u8>> = paths.iter().map(|p| fs::read(p).unwrap()).collect();
     for (name, target) in fuzzing::TARGETS {
         for round in 0..2000 {
             let mut input = if round % 2 == 0 || seeds.is_empty() {
