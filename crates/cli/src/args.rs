@@ -360,7 +360,7 @@ pub struct ConnectArgs {
     /// Ports the ssh-started remote side binds its data sockets in (TCP
     /// and UDP), for a firewall that opens a range: 7060-7069.
     #[arg(long, value_name = "LO-HI", value_parser = parse_ports)]
-    pub remote_ports: Option<driver::PortRange>,
+    pub remote_ports: Option<connect::PortRange>,
     /// Carry the data through the ssh channel even if the hosts can
     /// connect directly (slower; for firewalls that let only ssh through).
     /// Implies --ssh.
@@ -405,7 +405,7 @@ pub struct ServeArgs {
     /// Ports for data sockets: the UDP data channel's, and with --stdio the
     /// TCP listener's too (for a firewall that opens a range: 7060-7069).
     #[arg(long, value_name = "LO-HI", value_parser = parse_ports)]
-    pub data_ports: Option<driver::PortRange>,
+    pub data_ports: Option<connect::PortRange>,
     /// Serve one client that started this over ssh (`haul cp` does): talk
     /// to it on standard input and output, with one-time keys.
     #[arg(long)]
@@ -504,8 +504,8 @@ fn parse_compress(s: &str) -> Result<codec::Mode, String> {
     })
 }
 
-fn parse_ports(s: &str) -> Result<driver::PortRange, String> {
-    driver::PortRange::parse(s)
+fn parse_ports(s: &str) -> Result<connect::PortRange, String> {
+    connect::PortRange::parse(s)
         .ok_or_else(|| format!("{s:?} is not a port range; write it like 7060-7069 or 7060"))
 }
 

@@ -4,13 +4,14 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use driver::{ClientConfig, Report, TransferError, Transport};
+use connect::TransferError;
+use endpoint::{ClientConfig, Report, Transport};
 use store::{Destination, Root, Sink};
 
 use crate::args::{CpArgs, TransportArg};
-use crate::connect::{usage, Dialer, Peer, Reach};
 use crate::exit;
 use crate::location::Location;
+use crate::reach::{usage, Dialer, Peer, Reach};
 use crate::report::{self, Bar, Show};
 
 enum Plan {
@@ -183,7 +184,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             "--remote-ports is for a remote side started over ssh; a daemon's data ports are set by `haul serve --data-ports`",
         ));
     }
-    let protection = crate::connect::protection(a.no_encrypt);
+    let protection = crate::reach::protection(a.no_encrypt);
     let transport = match a.transport {
         TransportArg::Tcp => Transport::Tcp,
         TransportArg::Udp => Transport::Udp,
@@ -251,9 +252,9 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             // Zero blocks are looked for while the connection is set up;
             // not for a sync, whose files may all be skipped.
             let scan = if a.update || a.checksum || a.dry_run {
-                driver::ZeroScan::none()
+                transfer::ZeroScan::none()
             } else {
-                driver::ZeroScan::start(&walked, cfg.block_size)
+                transfer::ZeroScan::start(&walked, cfg.block_size)
             };
             let conn = dialer.connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);

@@ -181,9 +181,9 @@ pub fn checks(f: &Facts, t: &Target) -> Vec<Check> {
             "loss-based congestion control (cubic, reno) halves its window at each loss and takes many round trips to grow back on a long path; bbr paces at the measured bottleneck rate. haul's UDP channel has its own rate control either way",
         )
     });
-    let udp = driver::server::udp_buffer(t.rtt, Some(t.rate / 8)) as u64;
+    let udp = connect::sizing::udp_buffer(t.rtt, Some(t.rate / 8)) as u64;
     let rmem = f.rmem_max.unwrap_or(0);
-    out.push(if t.rtt < driver::client::AUTO_UDP_RTT {
+    out.push(if t.rtt < endpoint::client::AUTO_UDP_RTT {
         ok(
             "UDP receive buffer",
             format!("{} may be granted", bytes(rmem)),
@@ -345,7 +345,7 @@ impl Facts {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             governors,
             free: free_space(dest).map(|f| (dest.to_path_buf(), f)),
-            root: driver::net::can_force_buffers(),
+            root: connect::net::can_force_buffers(),
         }
     }
 }

@@ -2,13 +2,13 @@
 //! This file only dispatches; each subcommand lives in its own module.
 
 mod args;
-mod connect;
 mod cp;
 mod doctor;
 mod exit;
 mod home;
 mod location;
 mod probe;
+mod reach;
 mod report;
 mod serve;
 mod taste;

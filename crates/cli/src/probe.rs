@@ -2,19 +2,21 @@
 //! loss, path MTU, memory-to-memory goodput per transport and stream
 //! count), prints what it found and its advice, and saves the advice for
 //! `cp` and `doctor` (P-36). The measuring is the driver's
-//! (`driver::probe`).
+//! (`endpoint::probe`).
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use driver::datagram::echo::RttStats;
-use driver::probe::{Advice, Findings, ProbeOptions, Trial};
-use driver::{ClientConfig, TransferError, Transport};
+use connect::datagram::echo::RttStats;
+use connect::TransferError;
+use endpoint::Advice;
+use endpoint::{ClientConfig, Transport};
+use probe::{Findings, ProbeOptions, Trial};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::args::ProbeArgs;
-use crate::connect::{usage, Peer, Reach};
+use crate::reach::{usage, Peer, Reach};
 use crate::report::{bits_per_sec, bytes};
 use crate::{exit, home};
 
@@ -71,7 +73,7 @@ fn advice_file(peer: &Peer, ssh: bool) -> PathBuf {
         format!(
             "{}_{}",
             peer.host,
-            peer.port.unwrap_or(driver::DEFAULT_PORT)
+            peer.port.unwrap_or(endpoint::DEFAULT_PORT)
         )
     };
     let safe: String = name
@@ -157,7 +159,7 @@ fn probe(a: &ProbeArgs) -> Result<(), TransferError> {
     }
     let peer = Peer::parse(&a.target)?;
     let reach = Reach::decide(&a.conn, peer)?;
-    let protection = crate::connect::protection(a.no_encrypt);
+    let protection = crate::reach::protection(a.no_encrypt);
     let mut dialer = reach.dialer(&a.conn, String::new())?;
     let opts = ProbeOptions {
         span: Duration::from_secs_f64(a.seconds),
@@ -183,7 +185,7 @@ fn probe(a: &ProbeArgs) -> Result<(), TransferError> {
             };
             dialer.connect(cfg)
         };
-        driver::probe::run(&mut connect, &opts, &note)
+        probe::run(&mut connect, &opts, &note)
     };
     let route = dialer.finish();
     let found = found?;
@@ -235,7 +237,7 @@ fn trial_json(t: &Trial) -> serde_json::Value {
     })
 }
 
-fn json_of(peer: &Peer, route: driver::Route, f: &Findings, saved: Option<&PathBuf>) -> String {
+fn json_of(peer: &Peer, route: endpoint::Route, f: &Findings, saved: Option<&PathBuf>) -> String {
     let r = &f.recommendation;
     let echo = f.echo.as_ref();
     json!({

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use driver::{Progress, Report};
+use connect::Progress;
+use endpoint::Report;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -253,11 +254,11 @@ pub fn json(r: &Report, direction: &str) -> String {
     .expect("plain struct serializes")
 }
 
-pub fn route_name(r: driver::Route) -> &'static str {
+pub fn route_name(r: endpoint::Route) -> &'static str {
     match r {
-        driver::Route::Daemon => "daemon",
-        driver::Route::Ssh => "ssh",
-        driver::Route::SshRelay => "ssh-relay",
+        endpoint::Route::Daemon => "daemon",
+        endpoint::Route::Ssh => "ssh",
+        endpoint::Route::SshRelay => "ssh-relay",
     }
 }
 
@@ -374,9 +375,11 @@ fn summary_text(r: &Report) -> String {
         bytes(r.wire_bytes),
     );
     let route = match r.route {
-        driver::Route::Daemon => "",
-        driver::Route::Ssh => "\n  remote side started over ssh, data on direct connections",
-        driver::Route::SshRelay => "\n  remote side started over ssh, data through the ssh channel",
+        endpoint::Route::Daemon => "",
+        endpoint::Route::Ssh => "\n  remote side started over ssh, data on direct connections",
+        endpoint::Route::SshRelay => {
+            "\n  remote side started over ssh, data through the ssh channel"
+        }
     };
     let channel = match &r.udp {
         Some(u) => udp_text(r, u),
@@ -421,7 +424,7 @@ fn tcp_text(r: &Report, goodput: f64) -> String {
 /// The UDP channel's part of the summary: datagrams sent, re-sent and lost,
 /// the average and final rates, and receiver overload (the counterpart of
 /// Tsunami's performance figure).
-fn udp_text(r: &Report, u: &driver::UdpReport) -> String {
+fn udp_text(r: &Report, u: &endpoint::UdpReport) -> String {
     let pct = |a: u64, b: u64| {
         if b > 0 {
             a as f64 * 100.0 / b as f64

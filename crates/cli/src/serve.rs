@@ -3,8 +3,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use driver::net::{self, Tuning};
-use driver::{ClientKeys, ServerConfig};
+use connect::net::{self, Tuning};
+use endpoint::{ClientKeys, ServerConfig};
 use secure::{AuthorizedKeys, Keypair};
 use store::Root;
 
@@ -42,7 +42,7 @@ fn stdio(a: ServeArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(e.code(), e.message),
     };
-    let opts = driver::ssh::StdioOptions {
+    let opts = ssh::StdioOptions {
         root,
         listen,
         data_ports: a.data_ports,
@@ -51,7 +51,7 @@ fn stdio(a: ServeArgs) -> i32 {
         tunnel_to: a.tunnel_to.clone(),
         require_encryption: a.require_encryption,
     };
-    match driver::ssh::serve_stdio(opts) {
+    match ssh::serve_stdio(opts) {
         Ok(()) => exit::OK,
         Err(e) => fail(e.code, e.message),
     }
@@ -170,14 +170,14 @@ pub fn run(a: ServeArgs) -> i32 {
         max_sessions: a.max_sessions.max(1),
         data_ports: a.data_ports,
         cache,
-        tunnel_to: driver::tunnel::TunnelTargets::listed(a.tunnel_to.clone()),
+        tunnel_to: tunnel_driver::TunnelTargets::listed(a.tunnel_to.clone()),
         require_encryption: a.require_encryption,
         max_tunnels: a.max_tunnels.max(1),
         memory: a.memory,
     };
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;
-    let res = driver::serve(cfg, |addr| {
+    let res = endpoint::serve(cfg, |addr| {
         eprintln!(
             "haul serve: listening on {addr}, root {}, server key {fingerprint}, congestion control {}{}",
             root.path().display(),

@@ -31,7 +31,7 @@ pub fn run(a: TasteArgs) -> i32 {
     }
 }
 
-fn taste(a: &TasteArgs) -> Result<(), driver::TransferError> {
+fn taste(a: &TasteArgs) -> Result<(), connect::TransferError> {
     let walked = store::walk(&a.paths, true)?;
     let files: Vec<(PathBuf, u64)> = walked
         .entries
@@ -45,7 +45,7 @@ fn taste(a: &TasteArgs) -> Result<(), driver::TransferError> {
         .collect();
     let total: u64 = files.iter().map(|f| f.1).sum();
     if total == 0 {
-        return Err(driver::TransferError::new(
+        return Err(connect::TransferError::new(
             wire::ErrorCode::NotFound,
             "nothing to taste: no file with data under the paths given",
         ));
@@ -152,7 +152,7 @@ fn sample(
     files: &[(PathBuf, u64)],
     total: u64,
     want: u64,
-) -> Result<Tasting, driver::TransferError> {
+) -> Result<Tasting, connect::TransferError> {
     let blocks = total.div_ceil(BLOCK);
     let n = blocks.min(want / BLOCK).max(1);
     let mut tasting = Tasting::default();
@@ -209,7 +209,7 @@ fn read_joined(
     files: &[(PathBuf, u64)],
     mut i: usize,
     offset: u64,
-) -> Result<Vec<u8>, driver::TransferError> {
+) -> Result<Vec<u8>, connect::TransferError> {
     let mut out = Vec::with_capacity(BLOCK as usize);
     let mut offset = offset;
     while i < files.len() && (out.len() as u64) < BLOCK {

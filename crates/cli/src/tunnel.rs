@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use driver::{ClientConfig, TransferError, Transport};
+use connect::TransferError;
+use endpoint::{ClientConfig, Transport};
 use serde_json::json;
 use tunnel::{ConnStats, Stats};
 use wire::ErrorCode;
 
 use crate::args::TunnelArgs;
-use crate::connect::{usage, Peer, Reach};
+use crate::reach::{usage, Peer, Reach};
 use crate::{exit, home, report};
 
 /// How often a running tunnel rewrites its statistics file.
@@ -81,7 +82,7 @@ fn tunnel(a: &TunnelArgs) -> Result<(), TransferError> {
         transport: Transport::Tcp,
         streams: a.streams,
         compress: a.compress,
-        ..reach.config(&a.conn, crate::connect::protection(a.no_encrypt))?
+        ..reach.config(&a.conn, crate::reach::protection(a.no_encrypt))?
     };
     let connected = dialer.connect(cfg)?;
     let rtt = connected.rtt();

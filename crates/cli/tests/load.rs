@@ -145,18 +145,19 @@ fn a_hundred_clients_and_bad_connections_leave_the_server_as_it_was() {
 
     // A flood past the greeting limit: the extra connections are closed at
     // once, and the server's threads stay bounded.
-    let flood: Vec<_> = (0..driver::server::MAX_GREETING + 100)
+    let flood: Vec<_> = (0..endpoint::server::MAX_GREETING + 100)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", server.port)).ok())
         .collect();
     assert!(
         wait_until(Duration::from_secs(10), || {
-            status(pid, "Threads") as usize >= threads0 as usize + driver::server::MAX_GREETING - 8
+            status(pid, "Threads") as usize
+                >= threads0 as usize + endpoint::server::MAX_GREETING - 8
         }),
         "the flood did not reach the server"
     );
     let threads = status(pid, "Threads") as usize;
     assert!(
-        threads <= threads0 as usize + driver::server::MAX_GREETING + 4,
+        threads <= threads0 as usize + endpoint::server::MAX_GREETING + 4,
         "{threads} threads for a flood of {}",
         flood.len()
     );
@@ -173,7 +174,7 @@ fn a_hundred_clients_and_bad_connections_leave_the_server_as_it_was() {
     let rss = status(pid, "VmRSS");
     eprintln!("after: {rss} kB (worst {worst_rss} kB), baseline {rss0} kB");
     // The session's memory goes back to the OS when it ends (one arena,
-    // trimmed; `driver::server`): an idle server is as small as before.
+    // trimmed; `endpoint::server`): an idle server is as small as before.
     assert!(
         rss <= rss0 + 16 * 1024,
         "memory grew from {rss0} kB to {rss} kB"

@@ -91,7 +91,7 @@ pub fn datagram(d: &[u8]) {
     ] {
         let key = secure::DatagramKey::new(protection, &[7; 32]);
         let mut buf = d.to_vec();
-        let _ = driver::datagram::open(&key, &mut buf);
+        let _ = connect::datagram::open(&key, &mut buf);
     }
 }
 
@@ -149,8 +149,8 @@ pub fn compressed(d: &[u8]) {
     };
     let codec = [wire::CODEC_LZ4, wire::CODEC_ZSTD][head[0] as usize % 2];
     let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")) % (1 << 20);
-    let progress = driver::Progress::default();
-    let out = driver::compress::decode(codec, data, len, &progress);
+    let progress = connect::Progress::default();
+    let out = transfer::compress::decode(codec, data, len, &progress);
     assert_eq!(out.len(), len as usize);
 }
 

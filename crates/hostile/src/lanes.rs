@@ -3,7 +3,7 @@
 
 use std::io;
 
-use driver::framed::{FrameReader, FrameWriter, LEN_PREFIX};
+use connect::framed::{FrameReader, FrameWriter, LEN_PREFIX};
 use wire::tunnel::TunnelFrame;
 
 /// Sends `frames` as one sealed lane frame.

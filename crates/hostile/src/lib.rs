@@ -1,9 +1,9 @@
 //! A hostile haul peer, for tests only.
 //!
 //! It is built from the project's own crates: the real preamble, the real
-//! Noise XX handshake (`driver::handshake`) with a real key, the real
-//! per-stream keys, sealing and framing (`driver::join`,
-//! `driver::framed`), the real UDP set-up (`driver::datagram::setup`) and
+//! Noise XX handshake (`connect::handshake`) with a real key, the real
+//! per-stream keys, sealing and framing (`connect::join`,
+//! `connect::framed`), the real UDP set-up (`connect::datagram::setup`) and
 //! the real encoders of `wire`. Everything that is not authentication
 //! is then up to the test: it sends whatever manifests, blocks, datagrams
 //! and tunnel frames it crafts, in any order, valid or not, and reads what
@@ -39,12 +39,13 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use driver::datagram::{self, setup};
-use driver::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
-use driver::handshake;
-use driver::join::{client_join, keyed, server_join, DataConn};
-use driver::server::{protection_of, CONTROL_PROTECTION};
-use driver::{Progress, TransferError};
+use connect::datagram::{self, setup};
+use connect::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
+use connect::handshake;
+use connect::handshake::CONTROL_PROTECTION;
+use connect::join::{client_join, keyed, server_join, DataConn};
+use connect::{Progress, TransferError};
+use endpoint::server::protection_of;
 use secure::{DatagramKey, Keypair, Protection, SessionKeys};
 use wire::datagram::ChunkHeader;
 use wire::{

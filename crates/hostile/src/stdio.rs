@@ -14,7 +14,7 @@ use wire::stdio::Greeting;
 use wire::{ErrorCode, PROTOCOL_VERSION};
 
 use crate::{Client, WAIT};
-use driver::TransferError;
+use connect::TransferError;
 
 /// A running `haul serve --stdio`; it ends when this is dropped (its
 /// standard input closes, then it is killed).

@@ -4,7 +4,7 @@
 //! the byte cache ([`history`]) that sends content seen before, in any
 //! connection, as a reference.
 //!
-//! Pure state: the driver (`driver::tunnel`) owns the sockets and threads
+//! Pure state: the driver (`tunnel-driver`) owns the sockets and threads
 //! and feeds this crate bytes and frames. Tests run two muxes against each
 //! other over simulated lanes that deliver in any order.
 

@@ -1,0 +1,30 @@
+//! Connection set-up and carriage: everything between two hosts that
+//! comes before, and beneath, a transfer's blocks.
+//!
+//! It owns the sockets' options ([`net`]: buffers, congestion control,
+//! keepalive, what the OS allows), sealed length-prefixed frames
+//! ([`framed`]), the handshake over a connection ([`handshake`]), how data
+//! connections join a session and whose they are ([`join`], [`ports`]),
+//! the pacing of control writes ([`control_gap`]), the windows and buffers
+//! each side asks for ([`sizing`]), and the UDP channel's set-up, echo,
+//! sealing and opening ([`datagram`]). It also holds what every driver path
+//! returns and counts: [`TransferError`] and [`Progress`].
+//!
+//! It must not touch files, blocks or the transfer's state machines: the
+//! engine (`transfer`) moves blocks over what this crate sets up, and the
+//! client and server (`endpoint`) decide who connects to whom.
+
+pub mod control_gap;
+pub mod datagram;
+pub mod error;
+pub mod framed;
+pub mod handshake;
+pub mod join;
+pub mod net;
+pub mod ports;
+pub mod progress;
+pub mod sizing;
+
+pub use error::TransferError;
+pub use ports::PortRange;
+pub use progress::Progress;

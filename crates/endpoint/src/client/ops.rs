@@ -1,0 +1,358 @@
+//! What a connected client asks for: push, pull, probe (P-36) and tunnel
+//! (P-37), each from the request to the report.
+
+use std::time::{Duration, Instant};
+
+use session::{ReceiverSession, SenderSession};
+use store::{Sink, Sources, Walked};
+use wire::{ErrorCode, Msg, Op, Request};
+
+use super::{Connected, Report, Transport, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
+use connect::datagram;
+use connect::error::TransferError;
+use connect::join::DataPlan;
+use connect::progress::Progress;
+use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
+use transfer::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
+
+impl Connected {
+    /// Sends local sources to `dest` on the server. `contents`: a source
+    /// named a directory's contents (`dir/`, P-8). `scan` has looked for
+    /// zero blocks since before the connection was made.
+    pub fn push(
+        mut self,
+        walked: Walked,
+        mut scan: transfer::ZeroScan,
+        dest: &str,
+        recursive: bool,
+        many_sources: bool,
+        contents: bool,
+    ) -> Result<Report, TransferError> {
+        let (streams, window) = self.streams();
+        // Nothing to send but zeros, known already: the manifest and its
+        // zero announcements ride right behind the request, and no data
+        // connection is opened (P-29).
+        let plain = self.cfg.sync
+            == wire::SyncOptions {
+                dedup: self.cfg.sync.dedup,
+                ..Default::default()
+            };
+        if plain
+            && self.cfg.basis.is_none()
+            && self.cfg.transport != Transport::Udp
+            && scan.only_zeros(
+                &walked,
+                self.cfg.block_size,
+                self.rtt.clamp(ZERO_WAIT_MIN, ZERO_WAIT_MAX),
+            )
+        {
+            return self.push_announced(
+                walked,
+                scan,
+                dest,
+                (recursive, many_sources, contents),
+                window,
+            );
+        }
+        // No more streams than blocks: a small transfer needs few.
+        let blocks: u64 = walked
+            .entries
+            .iter()
+            .map(|e| match e.kind {
+                wire::EntryKind::File { size, .. } => {
+                    session::block_count(size, self.cfg.block_size).max(1)
+                }
+                _ => 0,
+            })
+            .sum();
+        let streams = streams.min(blocks.max(1).min(u16::MAX as u64) as u16);
+        Progress::set(&self.progress.total_bytes, walked.file_bytes());
+        Progress::set(
+            &self.progress.total_files,
+            walked
+                .entries
+                .iter()
+                .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
+                .count() as u64,
+        );
+        let (plan, gated) = self.request(Request {
+            recursive,
+            many_sources,
+            contents,
+            ..self.build_request(Op::Push, vec![dest.to_string()], streams)
+        })?;
+        let sources = Sources::new(walked.paths)
+            .stamped(&walked.entries, &walked.inodes)
+            .with_zeros(scan.finish());
+        let (path, streams, window_bytes) = match plan {
+            DataPlan::Tcp(conns) => {
+                let n = conns.len() as u16;
+                let writers = conns.into_iter().map(|c| c.writer).collect();
+                (SendPath::Tcp(writers), n, SEND_WINDOW)
+            }
+            DataPlan::Udp(link) => (SendPath::Udp(link), 0, UDP_SEND_WINDOW),
+        };
+        let mut session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
+        if gated {
+            transfer::dedup::gate_sender(
+                &mut session,
+                &self.cfg.sync,
+                &sources,
+                self.cfg.block_size,
+            )?;
+        }
+        let how = Sending {
+            rate: self.cfg.rate,
+            compress: self.cfg.compress,
+            start_rate: self.cfg.advice.map(|a| a.rate / 2),
+            answer: None,
+        };
+        let (progress, tail) = (self.progress.clone(), self.tail());
+        let r = run_sender(
+            self.ctrl_r,
+            self.ctrl_w,
+            path,
+            session,
+            &sources,
+            how,
+            &progress,
+        )?;
+        let sent = (r.retransmitted, r.endgame_copies);
+        Ok(tail.report(r.summary, streams, sent, window))
+    }
+
+    /// A push whose every block is known to be zeros (or whose files are
+    /// empty): a request for no data connections, with the whole manifest
+    /// and its zero announcements right behind it, before the server's
+    /// answer. The engine reads the welcome and `Accept` first (P-29).
+    fn push_announced(
+        mut self,
+        walked: Walked,
+        scan: transfer::ZeroScan,
+        dest: &str,
+        (recursive, many_sources, contents): (bool, bool, bool),
+        window: u64,
+    ) -> Result<Report, TransferError> {
+        Progress::set(&self.progress.total_bytes, walked.file_bytes());
+        let files = walked
+            .entries
+            .iter()
+            .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
+            .count();
+        Progress::set(&self.progress.total_files, files as u64);
+        let mut req = Request {
+            recursive,
+            many_sources,
+            contents,
+            transport: wire::TRANSPORT_TCP,
+            ..self.build_request(Op::Push, vec![dest.to_string()], 0)
+        };
+        // Zero blocks match nothing the receiver holds: nothing to gate.
+        req.sync.dedup = false;
+        self.ctrl_w
+            .send_msg(&Msg::Request(req))
+            .map_err(|e| TransferError::lost("sending the request", &e))?;
+        let sources = Sources::new(walked.paths)
+            .stamped(&walked.entries, &walked.inodes)
+            .with_zeros(scan.finish());
+        let session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
+        let how = Sending {
+            rate: self.cfg.rate,
+            compress: self.cfg.compress,
+            start_rate: None,
+            answer: Some(self.keys.session_id()),
+        };
+        let (progress, tail) = (self.progress.clone(), self.tail());
+        let r = run_sender(
+            self.ctrl_r,
+            self.ctrl_w,
+            SendPath::Tcp(Vec::new()),
+            session,
+            &sources,
+            how,
+            &progress,
+        )?;
+        let sent = (r.retransmitted, r.endgame_copies);
+        Ok(tail.report(r.summary, 0, sent, window))
+    }
+
+    /// Fetches `sources` from the server into `sink`.
+    pub fn pull(
+        mut self,
+        sources: Vec<String>,
+        recursive: bool,
+        sink: &Sink,
+    ) -> Result<Report, TransferError> {
+        let (streams, window) = self.streams();
+        let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
+        let basis = match &self.cfg.basis {
+            Some(b) => {
+                let p = std::path::PathBuf::from(b);
+                let f = std::fs::File::open(&p).map_err(|e| {
+                    TransferError::from(store::StoreError::io("open the basis", &p, &e))
+                })?;
+                Some((p, std::sync::Arc::new(f)))
+            }
+            None => None,
+        };
+        let opts = transfer::dedup::ReceiveOptions {
+            sync: self.cfg.sync,
+            basis,
+            cache: self.cfg.cache.clone(),
+            contents,
+        };
+        let gated = opts.gated(sink.destination_exists());
+        // Only what was asked for may arrive (S-5).
+        let asked = session::Asked::new(&sources, recursive);
+        let mut req = Request {
+            recursive,
+            contents,
+            ..self.build_request(Op::Pull, sources, streams)
+        };
+        req.sync.gated = gated;
+        let (plan, _) = self.request(req)?;
+        self.receive(plan, sink, &opts, gated, window, Some(asked))
+    }
+
+    /// Runs the receiving side of an accepted request.
+    fn receive(
+        self,
+        plan: DataPlan,
+        sink: &Sink,
+        opts: &transfer::dedup::ReceiveOptions,
+        gated: bool,
+        window: u64,
+        asked: Option<session::Asked>,
+    ) -> Result<Report, TransferError> {
+        let (path, streams) = match plan {
+            DataPlan::Tcp(conns) => {
+                let n = conns.len() as u16;
+                (
+                    RecvPath::Tcp(conns.into_iter().map(|c| c.reader).collect()),
+                    n,
+                )
+            }
+            DataPlan::Udp(link) => (RecvPath::Udp(link), 0),
+        };
+        let (block_size, progress, tail) =
+            (self.cfg.block_size, self.progress.clone(), self.tail());
+        let mut session = ReceiverSession::new(block_size);
+        if let Some(asked) = asked {
+            session.expect(asked);
+        }
+        if gated {
+            transfer::dedup::gate_receiver(&mut session, opts);
+        }
+        let summary = run_receiver(
+            self.ctrl_r,
+            self.ctrl_w,
+            path,
+            session,
+            sink,
+            opts,
+            &progress,
+        )?;
+        Ok(tail.report(summary, streams, (0, 0), window))
+    }
+
+    /// A memory-to-memory goodput test (`haul probe`, P-36): the server
+    /// sends `bytes` of generated data, verified here and discarded. With
+    /// `echo`, the UDP channel's set-up is followed by echo measurements
+    /// over that span (the transport must then be UDP).
+    pub fn probe(mut self, bytes: u64, echo: Option<Duration>) -> Result<ProbeRun, TransferError> {
+        let (streams, window) = self.streams();
+        self.echo_span = echo;
+        let (plan, _) =
+            self.request(self.build_request(Op::Probe { bytes }, Vec::new(), streams))?;
+        let echo = self.echo.take();
+        let begun = Instant::now();
+        let sink = Sink::new(store::Destination::Null, false);
+        let opts = transfer::dedup::ReceiveOptions {
+            sync: wire::SyncOptions::default(),
+            basis: None,
+            cache: None,
+            contents: false,
+        };
+        // Verified bytes over time, to tell the steady rate from the start.
+        let progress = self.progress.clone();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        // Bytes read off the wire too: verifying may lag the link for a
+        // moment on a busy host, reading the sockets much less.
+        let wire = |p: &Progress| Progress::get(&p.wire_rx) + Progress::get(&p.udp_bytes);
+        let (report, (mut samples, mut wire_samples)) = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                let (mut verified, mut read) = (Vec::new(), Vec::new());
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    let t = begun.elapsed();
+                    verified.push((t, Progress::get(&progress.done_bytes)));
+                    read.push((t, wire(&progress)));
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                (verified, read)
+            });
+            let report = self.receive(plan, &sink, &opts, false, window, None);
+            done.store(true, std::sync::atomic::Ordering::Release);
+            (report, sampler.join().unwrap_or_default())
+        });
+        let data_time = begun.elapsed();
+        samples.push((data_time, bytes));
+        wire_samples.push((data_time, wire(&progress)));
+        Ok(ProbeRun {
+            report: report?,
+            data_time,
+            echo,
+            samples,
+            wire_samples,
+        })
+    }
+    /// Opens a tunnel session to `target` (`HOST:PORT` as the server
+    /// resolves it, P-37): the data connections become its lanes, and the
+    /// returned session carries the local connections given to it.
+    /// `cache`: send content seen before as copies; compression follows
+    /// the configuration's `compress`.
+    pub fn tunnel(
+        mut self,
+        target: &str,
+        cache: bool,
+    ) -> Result<tunnel_driver::Session, TransferError> {
+        self.cfg.transport = Transport::Tcp;
+        self.cfg.sync.dedup = cache;
+        let (streams, _) = self.streams();
+        let (plan, _) =
+            self.request(self.build_request(Op::Tunnel, vec![target.to_string()], streams))?;
+        let DataPlan::Tcp(conns) = plan else {
+            return Err(TransferError::new(
+                ErrorCode::Protocol,
+                "a tunnel travels on TCP streams",
+            ));
+        };
+        let opts = tunnel_driver::Options {
+            mux: tunnel::MuxConfig {
+                window: tunnel_driver::window_for(self.rtt),
+                ..tunnel::MuxConfig::default()
+            },
+            cache,
+            compress: self.cfg.compress,
+        };
+        let session =
+            tunnel_driver::Session::start(tunnel::Role::Client, opts, conns, self.progress.clone());
+        session.watch(self.ctrl_r, self.ctrl_w);
+        Ok(session)
+    }
+}
+
+/// One memory-to-memory test of `haul probe` (P-36).
+pub struct ProbeRun {
+    pub report: Report,
+    /// From the data path's set-up to the last block verified: what the
+    /// goodput is measured over.
+    pub data_time: Duration,
+    /// The echo measurements, when asked for and the UDP channel came up.
+    pub echo: Option<datagram::echo::EchoReport>,
+    /// Verified bytes at moments since the data path was set up, every
+    /// 10 ms, the end last.
+    pub samples: Vec<(Duration, u64)>,
+    /// Bytes read off the wire (TCP streams and control, or UDP
+    /// datagrams) at the same moments.
+    pub wire_samples: Vec<(Duration, u64)>,
+}

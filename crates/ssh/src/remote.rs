@@ -1,0 +1,175 @@
+//! `haul serve --stdio`: the remote side that a client starts over ssh
+//! (P-27). It serves one client, known by the one-time key that client sent
+//! over the ssh channel, on a fresh port; it relays that client's
+//! connections through the ssh channel if asked (P-28), and exits when the
+//! ssh channel closes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+
+use secure::{Keypair, PublicKey};
+use store::Root;
+use wire::stdio::{Greeting, MAX_GREETING_LEN};
+use wire::{ErrorCode, PROTOCOL_VERSION};
+
+use super::relay::Mux;
+use super::RELEASE;
+use connect::error::TransferError;
+use connect::net::{self, Tuning};
+use connect::ports::PortRange;
+use endpoint::server::{serve_on, ClientKeys, ServerConfig};
+use tunnel_driver::TunnelTargets;
+
+pub struct StdioOptions {
+    /// Confine the client to this tree (paths relative to it, like a
+    /// daemon); without it, paths are the login's own: absolute, or
+    /// relative to the login directory, as scp and rsync take them.
+    pub root: Option<Root>,
+    /// Where to listen for the client's direct connections; default: the
+    /// address the ssh connection came in on, a port the OS picks.
+    pub listen: Option<SocketAddr>,
+    /// Ports for the TCP listener (unless `listen` names one) and the UDP
+    /// data channel (`--data-ports`).
+    pub data_ports: Option<PortRange>,
+    pub tuning: Tuning,
+    /// `--cache`: the chunk cache of files pushed here (P-31).
+    pub cache: Option<std::sync::Arc<store::ChunkCache>>,
+    /// `--tunnel-to`: where tunnels may go. Without any, see
+    /// [`TunnelTargets::for_stdio`].
+    pub tunnel_to: Vec<String>,
+    /// `--require-encryption` (P-39).
+    pub require_encryption: bool,
+}
+
+/// Whether sshd runs this as a forced command (`command=` in
+/// `authorized_keys`, or `ForceCommand`): it then keeps what the client
+/// asked for in `SSH_ORIGINAL_COMMAND`.
+fn forced_command() -> bool {
+    std::env::var_os("SSH_ORIGINAL_COMMAND").is_some()
+}
+
+/// The address sshd took the connection on, from `SSH_CONNECTION`
+/// ("client_ip client_port server_ip server_port").
+fn ssh_server_ip() -> Option<IpAddr> {
+    let v = std::env::var("SSH_CONNECTION").ok()?;
+    v.split_ascii_whitespace().nth(2)?.parse().ok()
+}
+
+/// Runs until the ssh channel (standard input) closes.
+pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
+    let key = Keypair::generate();
+    let ssh_ip = ssh_server_ip();
+    let ip = opts
+        .listen
+        .map(|l| l.ip())
+        .or(ssh_ip)
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let ports = match opts.listen {
+        Some(l) if l.port() != 0 => Some(PortRange {
+            lo: l.port(),
+            hi: l.port(),
+        }),
+        _ => opts.data_ports,
+    };
+    let cannot = |e: std::io::Error| {
+        let port = ports.map_or("a free port".to_string(), |p| format!("port {p}"));
+        TransferError::new(
+            ErrorCode::Connect,
+            format!("cannot listen on {ip}, {port}, for the client's data connections: {e}"),
+        )
+    };
+    let listener = PortRange::bind(ports, ip, |a| net::listen(&a, &opts.tuning)).map_err(cannot)?;
+    let bound = listener.local_addr().map_err(cannot)?;
+    let advertised = if bound.ip().is_unspecified() {
+        ssh_ip
+    } else {
+        Some(bound.ip())
+    };
+    let ours = Greeting {
+        protocol: PROTOCOL_VERSION,
+        release: RELEASE.to_string(),
+        key: key.public.0,
+        port: Some(bound.port()),
+        addr: advertised.map(|a| a.to_string()),
+    };
+    let lost = |e: std::io::Error| TransferError::lost("greeting the client over ssh", &e);
+    let mut stdout = std::io::stdout();
+    stdout.write_all(ours.encode().as_bytes()).map_err(lost)?;
+    stdout.flush().map_err(lost)?;
+
+    let mut input = BufReader::new(std::io::stdin());
+    let mut line = Vec::new();
+    (&mut input)
+        .take(MAX_GREETING_LEN as u64)
+        .read_until(b'\n', &mut line)
+        .map_err(lost)?;
+    let theirs = Greeting::decode(&String::from_utf8_lossy(&line)).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the client did not greet as haul does over ssh ({e})"),
+        )
+    })?;
+    if theirs.protocol != PROTOCOL_VERSION {
+        return Err(TransferError::new(
+            ErrorCode::Protocol,
+            format!(
+                "the client is haul {} (protocol {}), this host has haul {RELEASE} (protocol {PROTOCOL_VERSION}); install the same release on both hosts",
+                theirs.release, theirs.protocol
+            ),
+        ));
+    }
+
+    let tunnel_to =
+        TunnelTargets::for_stdio(opts.tunnel_to, opts.root.is_some() || forced_command());
+    let (root, base) = match opts.root {
+        Some(r) => (r, None),
+        None => {
+            let root = Root::new(std::path::Path::new("/")).map_err(TransferError::from)?;
+            (root, std::env::current_dir().ok())
+        }
+    };
+    let cfg = ServerConfig {
+        root,
+        base,
+        key,
+        client_keys: ClientKeys::Only(PublicKey(theirs.key)),
+        listen: bound,
+        tuning: opts.tuning,
+        max_sessions: 4,
+        data_ports: opts.data_ports,
+        cache: opts.cache,
+        tunnel_to,
+        require_encryption: opts.require_encryption,
+        max_tunnels: 4,
+        memory: endpoint::server::DAEMON_MEMORY,
+    };
+    std::thread::Builder::new()
+        .name("stdio-serve".into())
+        .spawn(move || serve_on(listener, cfg))
+        .map_err(|e| TransferError::new(ErrorCode::Other, format!("cannot start: {e}")))?;
+
+    // Standard input now carries relay frames, if the client cannot reach
+    // us directly; its end is the end of the session either way.
+    let local = match bound.ip() {
+        IpAddr::V4(a) if a.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), bound.port())
+        }
+        IpAddr::V6(a) if a.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), bound.port())
+        }
+        _ => bound,
+    };
+    let mux = Mux::new(Box::new(std::io::stdout()));
+    let res = mux.pump(input, |_| {
+        let s = TcpStream::connect(local)?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    });
+    mux.close();
+    res.map_err(|e| {
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the ssh channel carried something other than relay frames: {e}"),
+        )
+    })
+}

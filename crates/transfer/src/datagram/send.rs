@@ -1,0 +1,296 @@
+//! The sending side of the UDP channel: worker threads read and hash blocks
+//! (the same work-stealing session as TCP), and one pump thread feeds them
+//! to the `DatagramSender`, paces datagrams at the controller's rate in GSO
+//! batches, reads the receiver's reports, and sleeps between bursts rather
+//! than spinning.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rate::Adaptive;
+use session::datagram::DatagramSender;
+use session::SenderSession;
+use store::Sources;
+use udp::RecvBatch;
+use wire::datagram::{FirstChunk, Signal};
+use wire::ErrorCode;
+
+use crate::engine::Shared;
+use crate::send_blocks::read_next_block;
+use connect::datagram::{open, seal_chunk, seal_signal, Opened, UdpLink};
+use connect::error::TransferError;
+use connect::progress::Progress;
+
+/// First rate tried: 100 Mbit/s, doubled every round trip from there. A
+/// slower path sees one round trip of overshoot, which the in-flight cap
+/// bounds and the retransmissions repair.
+const INITIAL_RATE: u64 = 12_500_000;
+/// Fresh bytes kept cut into chunks ahead of the pacer.
+const QUEUE_AHEAD: u64 = 8 << 20;
+/// Longest sleep between checks of the socket and the queues.
+const MAX_SLEEP: Duration = Duration::from_millis(5);
+const STATS_EVERY: Duration = Duration::from_millis(250);
+
+type ReadBlock = (session::BlockRef, [u8; 32], u8, Vec<u8>);
+
+pub(crate) fn run(
+    sh: &Shared<SenderSession>,
+    link: UdpLink,
+    sources: &Sources,
+    (cap, start): (Option<u64>, Option<u64>),
+    acks: Receiver<Vec<(u32, u32)>>,
+) {
+    let (tx, rx) = mpsc::sync_channel::<ReadBlock>(2 * link.workers);
+    // Set once every block has been read a first time: the tail.
+    let tail = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..link.workers {
+            let (tx, tail) = (tx.clone(), &tail);
+            scope.spawn(move || {
+                let mut buf = Vec::new();
+                while let Some((b, h, codec)) = read_next_block(sh, sources, &mut buf, 0) {
+                    let last = sh.lock().all_handed_out();
+                    if tx.send((b, h, codec, std::mem::take(&mut buf))).is_err() {
+                        return;
+                    }
+                    if last {
+                        tail.store(true, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        drop(tx);
+        if let Err(e) = pump(sh, &link, (cap, start), rx, acks, &tail) {
+            sh.fail_transport(e);
+        }
+    });
+}
+
+fn pump(
+    sh: &Shared<SenderSession>,
+    link: &UdpLink,
+    (cap, start_rate): (Option<u64>, Option<u64>),
+    blocks: Receiver<ReadBlock>,
+    acks: Receiver<Vec<(u32, u32)>>,
+    tail: &AtomicBool,
+) -> Result<(), TransferError> {
+    let start = Instant::now();
+    // A rate `haul probe` measured on this path (P-36) may start it higher.
+    let first = start_rate.unwrap_or(INITIAL_RATE).max(INITIAL_RATE);
+    let initial = cap.map_or(first, |c| c.min(first));
+    let controller = Adaptive::new(initial, cap).with_rtt(link.rtt);
+    let mut tx = DatagramSender::new(link.payload, link.rtt, Box::new(controller));
+    let p = sh.progress;
+    Progress::set(&p.udp_payload, link.payload as u64);
+    // The rate, and that it is a floor, for the compression policy.
+    publish(p, &tx);
+    let segments = link.channel.max_segments(link.payload);
+    let mut out: Vec<u8> = Vec::with_capacity(segments * link.payload);
+    let mut batch = RecvBatch::default();
+    let mut credit = 0f64;
+    let mut last = Instant::now();
+    let mut last_report = Instant::now();
+    let mut last_stats = Instant::now();
+    let send_timeout = Duration::from_secs(5);
+    let (mut first_sent, mut bytes_sent) = (None::<Instant>, 0u64);
+    while !sh.stopped() && !sh.is_done() {
+        let now = start.elapsed();
+        while let Ok(list) = acks.try_recv() {
+            for (f, i) in list {
+                tx.block_acked(f, i);
+            }
+        }
+        // Read before taking blocks, so the last block is queued first.
+        let in_tail = tail.load(Ordering::Relaxed);
+        while tx.queued_bytes() < QUEUE_AHEAD {
+            match blocks.try_recv() {
+                Ok((b, hash, codec, data)) => {
+                    let first = FirstChunk {
+                        hash,
+                        codec,
+                        len: b.len,
+                    };
+                    tx.add_block(b.file, b.index, first, Arc::new(data))
+                }
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        if in_tail {
+            tx.set_tail();
+        }
+        // Reports waiting on the socket.
+        take_reports(
+            link,
+            &mut batch,
+            &mut tx,
+            start,
+            Duration::ZERO,
+            &mut last_report,
+        );
+        tx.on_tick(now);
+        if last_report.elapsed() > link.silence {
+            return Err(TransferError::new(
+                ErrorCode::ConnectionLost,
+                format!(
+                    "no reports from the receiver over UDP for {}s (--timeout); the path stopped carrying datagrams. What was verified is kept: run the same command again to resume",
+                    link.silence.as_secs_f64()
+                ),
+            ));
+        }
+        // Pacing: credit accrues at the controller's rate. A GSO batch
+        // leaves at once, so it carries at most a millisecond's worth: 64
+        // datagrams at 100 Mbit/s queued 7.5 ms at the bottleneck, most
+        // of the 10 ms congestion threshold, and every report saw
+        // congestion. Bursts are bounded to a few milliseconds' worth (at
+        // least two batches): more than one sleep's overshoot, so
+        // oversleeping loses no rate.
+        let rate = tx.rate() as f64;
+        let per_send = ((rate * 0.001 / link.payload as f64) as usize).clamp(1, segments);
+        let t = Instant::now();
+        credit += rate * t.duration_since(last).as_secs_f64();
+        last = t;
+        let burst = (rate * 0.004).max((2 * per_send * link.payload) as f64);
+        credit = credit.min(burst);
+        let mut sent_any = false;
+        // Credit left but nothing sendable: nothing queued, or the in-flight
+        // cap reached; only a report or a new block changes that.
+        let mut starved = false;
+        while credit >= link.payload as f64 {
+            out.clear();
+            let mut n = 0;
+            while n < per_send {
+                let Some(c) = tx.poll_transmit(now) else {
+                    break;
+                };
+                let mut h = c.header;
+                h.sent_us = start.elapsed().as_micros() as u64;
+                let len = seal_chunk(
+                    &link.send_key,
+                    c.seq,
+                    &h,
+                    &c.data[c.range.clone()],
+                    &mut out,
+                );
+                n += 1;
+                if len < link.payload {
+                    // A short datagram ends a GSO batch.
+                    break;
+                }
+            }
+            if n == 0 {
+                if tx.wants_ping(now) {
+                    let seq = tx.signal_seq(now);
+                    out = seal_signal(&link.send_key, seq, &Signal::Ping);
+                    n = 1;
+                } else {
+                    starved = true;
+                    break;
+                }
+            }
+            link.channel
+                .send(&out, link.payload, send_timeout)
+                .map_err(|e| TransferError::lost("sending datagrams", &e))?;
+            Progress::add(
+                &p.wire_tx,
+                (out.len() + n * link.channel.header_overhead()) as u64,
+            );
+            credit -= out.len() as f64;
+            sent_any = true;
+            bytes_sent += out.len() as u64;
+            let first = *first_sent.get_or_insert_with(Instant::now);
+            Progress::set(&p.udp_bytes, bytes_sent);
+            Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
+        }
+        // Counters for the receiver's summary: regularly, and more often
+        // once idle near the end, so the last ones arrive before it ends.
+        let idle = tx.queued_bytes() == 0 && !sent_any;
+        let every = if idle {
+            link.rtt.max(Duration::from_millis(20))
+        } else {
+            STATS_EVERY
+        };
+        if last_stats.elapsed() >= every {
+            last_stats = Instant::now();
+            let s = tx.stats;
+            tracing::debug!(
+                "udp sender: rate {} B/s ({}), in flight {} of {}, sent {}, re-sent {}, queued {}, held {}",
+                tx.rate(),
+                tx.controller_state(),
+                tx.in_flight(),
+                tx.in_flight_cap(),
+                s.datagrams,
+                s.retransmitted,
+                tx.queued_bytes(),
+                tx.held_blocks()
+            );
+            let seq = tx.signal_seq(now);
+            let d = seal_signal(
+                &link.send_key,
+                seq,
+                &Signal::Stats {
+                    sent: s.datagrams,
+                    retransmitted: s.retransmitted,
+                    rate: tx.rate(),
+                },
+            );
+            let _ = link.channel.send(&d, d.len(), send_timeout);
+            publish(p, &tx);
+        }
+        // Sleep until the next datagram's credit, watching for reports;
+        // a millisecond (or until a report) when nothing can be sent.
+        let wait = if starved || (tx.queued_bytes() == 0 && !sent_any) {
+            Duration::from_millis(1)
+        } else {
+            let need = (link.payload as f64 - credit).max(0.0);
+            Duration::from_secs_f64(need / rate.max(1.0)).min(MAX_SLEEP)
+        };
+        if wait >= Duration::from_millis(1) {
+            take_reports(link, &mut batch, &mut tx, start, wait, &mut last_report);
+        } else if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+    }
+    publish(p, &tx);
+    Ok(())
+}
+
+/// Takes the receiver's reports waiting on the socket, waiting up to
+/// `wait` for the first; a report of arrivals keeps the channel alive.
+fn take_reports(
+    link: &UdpLink,
+    batch: &mut RecvBatch,
+    tx: &mut DatagramSender,
+    start: Instant,
+    wait: Duration,
+    last_report: &mut Instant,
+) {
+    if link.channel.recv(batch, wait).unwrap_or(0) == 0 {
+        return;
+    }
+    let now = start.elapsed();
+    batch.for_each(|_, d| {
+        if let Some(Opened::Signal {
+            signal: Signal::Report(r),
+            ..
+        }) = open(&link.recv_key, d)
+        {
+            tx.on_report(now, &r);
+            if r.packets > 0 {
+                *last_report = Instant::now();
+            }
+        }
+    });
+}
+
+/// The sender's counters, for the progress bar and the summary.
+fn publish(p: &Progress, tx: &DatagramSender) {
+    let s = tx.stats;
+    Progress::set(&p.dgrams_sent, s.datagrams);
+    Progress::set(&p.dgrams_resent, s.retransmitted);
+    Progress::set(&p.dgrams_lost, s.reported_lost);
+    Progress::set(&p.udp_drops, s.receiver_dropped);
+    Progress::set(&p.udp_rate, tx.rate());
+    Progress::set(&p.udp_startup, tx.in_startup() as u64);
+}
