@@ -121,7 +121,7 @@ fn local_destination(dest: &str, many: bool, contents: bool) -> Result<Destinati
 }
 
 pub fn run(a: CpArgs) -> i32 {
-    init_logging(a.common.verbose);
+    crate::logging::init(a.common.verbose);
     let json = a.json;
     // A source that changed while it was read fails the transfer before
     // any of its mixed bytes are placed; once more resumes from what
@@ -310,20 +310,6 @@ fn finish(r: Result<Report, TransferError>, dialer: Dialer) -> Result<Report, Tr
         r.route = route;
         r
     })
-}
-
-pub fn init_logging(verbose: u8) {
-    let level = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 #[cfg(test)]

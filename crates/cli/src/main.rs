@@ -7,6 +7,7 @@ mod doctor;
 mod exit;
 mod home;
 mod location;
+mod logging;
 mod probe;
 mod reach;
 mod report;

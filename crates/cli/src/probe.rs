@@ -139,7 +139,7 @@ fn transport_name(t: Transport) -> &'static str {
 }
 
 pub fn run(a: ProbeArgs) -> i32 {
-    crate::cp::init_logging(a.common.verbose);
+    crate::logging::init(a.common.verbose);
     match probe(&a) {
         Ok(()) => exit::OK,
         Err(e) => {

@@ -9,7 +9,8 @@ use secure::{AuthorizedKeys, Keypair};
 use store::Root;
 
 use crate::args::{KeygenArgs, ServeArgs};
-use crate::{cp::init_logging, exit, home};
+use crate::logging::init as init_logging;
+use crate::{exit, home};
 use wire::ErrorCode;
 
 fn listen_addr(text: &str) -> Result<SocketAddr, String> {

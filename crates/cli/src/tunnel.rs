@@ -22,7 +22,7 @@ use crate::{exit, home, report};
 const STATS_EVERY: Duration = Duration::from_secs(1);
 
 pub fn run(a: TunnelArgs) -> i32 {
-    crate::cp::init_logging(a.common.verbose);
+    crate::logging::init(a.common.verbose);
     let res = if a.stats { show_stats(&a) } else { tunnel(&a) };
     match res {
         Ok(()) => exit::OK,

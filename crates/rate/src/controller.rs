@@ -3,8 +3,9 @@
 //! The receiver reports, once per feedback interval, what it received; a
 //! controller turns those reports into the sending rate the pacer uses. All
 //! inputs carry their time; nothing here reads a clock. One file per
-//! algorithm: [`Fixed`] for a rate chosen by hand, [`Adaptive`] for the
-//! default that finds the bottleneck by itself.
+//! algorithm: [`Fixed`] for a rate chosen by hand,
+//! [`Adaptive`](crate::Adaptive) for the default that finds the bottleneck
+//! by itself.
 
 use std::time::Duration;
 
@@ -86,5 +87,3 @@ impl RateController for Fixed {
         "fixed"
     }
 }
-
-pub use crate::adaptive::Adaptive;

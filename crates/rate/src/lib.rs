@@ -13,7 +13,8 @@ mod adaptive;
 mod controller;
 mod token_bucket;
 
-pub use controller::{Adaptive, Feedback, Fixed, RateController};
+pub use adaptive::Adaptive;
+pub use controller::{Feedback, Fixed, RateController};
 pub use token_bucket::TokenBucket;
 
 /// Parses a rate such as `500M`, `1.5G`, `800k` or `100000` as bits per

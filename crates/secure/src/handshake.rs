@@ -24,9 +24,8 @@ use thiserror::Error;
 use zeroize::{Zeroize, Zeroizing};
 
 use crate::keys::{Keypair, PublicKey};
+pub use crate::noise_pattern::NOISE_PATTERN;
 
-/// The Noise protocol name haul uses.
-pub const NOISE_PATTERN: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"haul handshake v1";
 const MAX_MSG: usize = 1024;
 /// Longest caller payload in message one, or after the random in message two.

@@ -89,7 +89,7 @@ impl Drop for Keypair {
 impl Keypair {
     pub fn generate() -> Keypair {
         let builder = snow::Builder::new(
-            crate::handshake::NOISE_PATTERN
+            crate::noise_pattern::NOISE_PATTERN
                 .parse()
                 .expect("static pattern parses"),
         );

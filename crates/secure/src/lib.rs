@@ -10,6 +10,7 @@
 
 pub mod handshake;
 pub mod keys;
+mod noise_pattern;
 pub mod seal;
 pub mod trust;
 

@@ -12,8 +12,8 @@ use secure::PublicKey;
 use wire::stdio::{Greeting, MAX_GREETING_LEN};
 use wire::{ErrorCode, PROTOCOL_VERSION};
 
-use super::relay::ClientRelay;
-use super::RELEASE;
+use crate::relay::ClientRelay;
+use crate::release::RELEASE;
 use connect::error::TransferError;
 
 /// What to run, and where.

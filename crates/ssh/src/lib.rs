@@ -15,6 +15,7 @@
 
 pub mod launch;
 pub mod relay;
+pub mod release;
 pub mod remote;
 
 use std::time::{Duration, Instant};
@@ -22,13 +23,11 @@ use std::time::{Duration, Instant};
 use secure::Keypair;
 
 pub use launch::{SshLink, SshSpec};
+pub use release::RELEASE;
 pub use remote::{serve_stdio, StdioOptions};
 
 use connect::error::TransferError;
 use endpoint::client::{ClientConfig, Connected, ServerTrust, Transport};
-
-/// This build's release, as both sides' greetings show it.
-pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
 /// How long a direct connection may take before the data goes through
 /// the ssh channel instead: a firewall that drops packets answers with

@@ -12,8 +12,8 @@ use store::Root;
 use wire::stdio::{Greeting, MAX_GREETING_LEN};
 use wire::{ErrorCode, PROTOCOL_VERSION};
 
-use super::relay::Mux;
-use super::RELEASE;
+use crate::relay::Mux;
+use crate::release::RELEASE;
 use connect::error::TransferError;
 use connect::net::{self, Tuning};
 use connect::ports::PortRange;

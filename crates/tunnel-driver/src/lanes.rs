@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use wire::tunnel::TunnelFrame;
 use wire::ErrorCode;
 
-use super::{Shared, LANE_FRAME_MAX};
+use crate::options::LANE_FRAME_MAX;
+use crate::shared::Shared;
 use connect::error::TransferError;
 use connect::framed::{FrameError, FrameReader, FrameWriter, LEN_PREFIX};
 use connect::join::DataConn;
@@ -32,7 +33,7 @@ const HAND_AT: usize = 1 << 20;
 const _: () =
     assert!(BATCH + wire::tunnel::MAX_TUNNEL_PLAIN + (64 << 10) <= LANE_FRAME_MAX as usize);
 
-pub(super) fn start(shared: &Arc<Shared>, conns: Vec<DataConn>) -> Vec<JoinHandle<()>> {
+pub(crate) fn start(shared: &Arc<Shared>, conns: Vec<DataConn>) -> Vec<JoinHandle<()>> {
     let mut handles = Vec::new();
     for (i, DataConn { mut reader, writer }) in conns.into_iter().enumerate() {
         reader.set_max_len(LANE_FRAME_MAX);

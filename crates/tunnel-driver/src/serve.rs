@@ -8,7 +8,10 @@ use std::sync::Arc;
 use tunnel::{Event, MuxConfig, Role};
 use wire::ErrorCode;
 
-use super::{socket, window_for, Options, Session, Shared, TARGET_CONNECT_TIMEOUT};
+use crate::options::{window_for, Options, TARGET_CONNECT_TIMEOUT};
+use crate::session::Session;
+use crate::shared::Shared;
+use crate::socket;
 use connect::error::TransferError;
 use connect::framed::{FrameReader, FrameWriter};
 use connect::join::DataConn;

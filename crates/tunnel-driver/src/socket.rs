@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tunnel::{Ended, Read as MuxRead};
 
-use super::Shared;
+use crate::shared::Shared;
 
 /// Bytes read from a local socket at once.
 const READ_CHUNK: usize = 64 << 10;
@@ -16,7 +16,7 @@ const READ_CHUNK: usize = 64 << 10;
 const WRITE_CHUNK: usize = 256 << 10;
 
 /// Starts moving bytes between `stream` and connection `id` of the mux.
-pub(super) fn pump(shared: &Arc<Shared>, id: u32, stream: TcpStream) {
+pub(crate) fn pump(shared: &Arc<Shared>, id: u32, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let reader = match stream.try_clone() {
         Ok(r) => r,
@@ -123,7 +123,7 @@ fn to_socket(shared: &Shared, id: u32, mut s: TcpStream) {
 /// Closes the socket with a reset, not a clean end, once both threads let
 /// go of it: the application must not take a cut stream for a complete
 /// one. Shutting the read side wakes the reading thread without a FIN.
-pub(super) fn abort(s: &TcpStream) {
+pub(crate) fn abort(s: &TcpStream) {
     let _ = socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
     let _ = s.shutdown(Shutdown::Read);
 }

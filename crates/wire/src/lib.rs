@@ -13,6 +13,7 @@ pub mod datagram;
 pub mod hex;
 mod msg;
 pub mod packed;
+mod packed_limit;
 mod preamble;
 pub mod program;
 pub mod stdio;

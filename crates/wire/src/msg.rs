@@ -734,7 +734,7 @@ impl Msg {
             },
             20 => {
                 let raw_len = r.u32()?;
-                if raw_len == 0 || raw_len as usize > crate::packed::MAX_PACKED {
+                if raw_len == 0 || raw_len as usize > crate::packed_limit::MAX_PACKED {
                     return Err(DecodeError::Invalid("packed length"));
                 }
                 let data = r.bytes(r.remaining())?.to_vec();

@@ -8,10 +8,7 @@
 
 use crate::buf::{DecodeError, Reader};
 use crate::msg::Msg;
-
-/// Most uncompressed bytes one packed message may hold. A receiver refuses
-/// a larger claim before it allocates or decompresses anything.
-pub const MAX_PACKED: usize = 1 << 20;
+pub use crate::packed_limit::MAX_PACKED;
 
 /// The uncompressed form of `msgs`: each as `u32 length | body`.
 pub fn join(msgs: &[Msg]) -> Vec<u8> {

@@ -7,8 +7,9 @@ use session::{ReceiverSession, SenderSession};
 use store::{Sink, Sources, Walked};
 use wire::{ErrorCode, Msg, Op, Request};
 
-use super::{Connected, Report, Transport, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
-use connect::datagram;
+use super::config::Transport;
+use super::connected::{Connected, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
+use super::report::{ProbeRun, Report};
 use connect::error::TransferError;
 use connect::join::DataPlan;
 use connect::progress::Progress;
@@ -339,20 +340,4 @@ impl Connected {
         session.watch(self.ctrl_r, self.ctrl_w);
         Ok(session)
     }
-}
-
-/// One memory-to-memory test of `haul probe` (P-36).
-pub struct ProbeRun {
-    pub report: Report,
-    /// From the data path's set-up to the last block verified: what the
-    /// goodput is measured over.
-    pub data_time: Duration,
-    /// The echo measurements, when asked for and the UDP channel came up.
-    pub echo: Option<datagram::echo::EchoReport>,
-    /// Verified bytes at moments since the data path was set up, every
-    /// 10 ms, the end last.
-    pub samples: Vec<(Duration, u64)>,
-    /// Bytes read off the wire (TCP streams and control, or UDP
-    /// datagrams) at the same moments.
-    pub wire_samples: Vec<(Duration, u64)>,
 }

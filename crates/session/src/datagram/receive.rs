@@ -28,7 +28,7 @@ use wire::datagram::{
     ChunkHeader, FirstChunk, Report, StaleRange, DATA_SEQ_START, MAX_MISSING, MAX_STALE,
 };
 
-use super::{report_interval, REPORT_INTERVAL, REPORT_REPEATS};
+use super::reporting::{report_interval, REPORT_INTERVAL, REPORT_REPEATS};
 use crate::receiver::Wanted;
 
 /// How far past the highest number seen a datagram's sequence number may

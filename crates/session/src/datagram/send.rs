@@ -19,7 +19,8 @@ use std::time::Duration;
 use rate::{Feedback, RateController};
 use wire::datagram::{ChunkHeader, FirstChunk, Report, DATA_SEQ_START};
 
-use super::{chunks, feedback_interval, report_interval, REPORT_INTERVAL};
+use super::chunking::chunks;
+use super::reporting::{feedback_interval, report_interval, REPORT_INTERVAL};
 
 /// Sequence numbers remembered at most; older losses are left to the
 /// stale-block requests and the scheduler's endgame.

@@ -1,0 +1,124 @@
+//! What a client is set up with: whom it connects to and how it trusts
+//! it, the transport and streams, `haul probe`'s advice, and how it
+//! reached the server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use secure::{Keypair, Protection, PublicKey};
+use wire::{TRANSPORT_TCP, TRANSPORT_UDP};
+
+use connect::net::Tuning;
+
+/// A callback that shows a one-line notice to the user.
+pub type Notice = Box<dyn Fn(&str) + Send>;
+
+/// How blocks travel (`--transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Udp,
+    /// UDP on long paths, TCP otherwise: see [`choose_transport`].
+    Auto,
+}
+
+impl Transport {
+    /// The request's transport code; auto asks for TCP.
+    pub(super) fn wire(self) -> u8 {
+        match self {
+            Transport::Udp => TRANSPORT_UDP,
+            _ => TRANSPORT_TCP,
+        }
+    }
+}
+
+/// Round trip from which `--transport auto` picks the UDP channel. At
+/// 30 ms (100 Mbit/s, a 557 MB tree) TCP streams took 18.0-18.2 s in every
+/// run, the UDP channel 18.1-27 s: one-way-delay noise from cores shared
+/// with the receiver's file creation is a large share of the controller's
+/// 10 ms congestion threshold there. TCP's window and loss-recovery costs
+/// grow with the round trip; at 150 ms the UDP channel wins (P-23).
+pub const AUTO_UDP_RTT: Duration = Duration::from_millis(50);
+
+/// The `--transport auto` rule (documented in docs/PROTOCOL.md, P-23): the
+/// UDP channel when the handshake's round trip is at least
+/// [`AUTO_UDP_RTT`], where TCP's loss recovery and window limits cost the
+/// most; TCP streams on short paths, where the kernel's TCP is cheaper
+/// than user-space pacing. If the UDP channel cannot be set up (a
+/// firewall), auto falls back to TCP and says so.
+pub fn choose_transport(t: Transport, rtt: Duration) -> Transport {
+    match t {
+        Transport::Auto if rtt >= AUTO_UDP_RTT => Transport::Udp,
+        Transport::Auto => Transport::Tcp,
+        t => t,
+    }
+}
+
+/// What of `haul probe`'s recommendation a client applies (P-36).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Advice {
+    pub transport: Transport,
+    pub streams: u16,
+    /// Bytes per second.
+    pub rate: u64,
+}
+
+/// How the client decides whether the server's key is the right one.
+#[derive(Debug, Clone)]
+pub enum ServerTrust {
+    /// Keys pinned on first use in this known-hosts file (a `haul serve`
+    /// daemon).
+    KnownHosts(PathBuf),
+    /// Exactly this key: the one-time key a remote `haul serve --stdio`
+    /// sent over ssh (P-27).
+    Key(PublicKey),
+}
+
+pub struct ClientConfig {
+    pub identity: Keypair,
+    pub trust: ServerTrust,
+    /// Host as the user wrote it (name or address).
+    pub host: String,
+    pub port: u16,
+    /// Addresses to connect to instead of resolving `host`.
+    pub dial: Vec<SocketAddr>,
+    /// `None`: choose by the rule in [`auto_streams`].
+    pub streams: Option<u16>,
+    pub block_size: u32,
+    pub protection: Protection,
+    /// Bytes per second.
+    pub rate: Option<u64>,
+    pub transport: Transport,
+    /// `-p`: keep modification times and exact modes (P-8).
+    pub preserve: bool,
+    /// `--compress`: how the sending side compresses blocks (P-30).
+    pub compress: codec::Mode,
+    /// Deduplication and sync (P-31, P-32); `gated` is decided here.
+    pub sync: wire::SyncOptions,
+    /// `--basis`: the basis of the one file sent, on the receiving side.
+    pub basis: Option<String>,
+    /// `--cache`: this side's chunk cache, when it receives (pull).
+    pub cache: Option<Arc<store::ChunkCache>>,
+    pub tuning: Tuning,
+    pub connect_timeout: Duration,
+    /// Shows the user a notice: a server key pinned for the first time, a
+    /// fallback from UDP to TCP.
+    pub notice: Option<Notice>,
+    /// What `haul probe` advised for this host (P-36): used where the
+    /// user left transport and streams automatic.
+    pub advice: Option<Advice>,
+}
+
+/// How the client reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Route {
+    /// A `haul serve` daemon.
+    #[default]
+    Daemon,
+    /// A server started over ssh, data on direct connections (P-27).
+    Ssh,
+    /// A server started over ssh, data through the ssh channel (P-28).
+    SshRelay,
+}

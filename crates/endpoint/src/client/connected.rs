@@ -1,0 +1,597 @@
+//! Connecting: dials the server's addresses, runs the handshake, checks
+//! the server's key, sends a request and opens what it needs (data
+//! connections or the UDP channel). A [`Connected`] is ready for one
+//! request; `ops` carries out each.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use secure::{HostKeyStatus, KnownHosts, Protection, PublicKey};
+use wire::{
+    ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305,
+    PROTECT_INTEGRITY_ONLY, TRANSPORT_UDP,
+};
+
+use connect::datagram::{self, setup, UdpLink};
+use connect::error::TransferError;
+use connect::framed::{FrameReader, FrameWriter};
+use connect::handshake;
+use connect::handshake::CONTROL_PROTECTION;
+use connect::join::{client_join, keyed, DataConn, DataPlan};
+use connect::net::{self, BufferLimits, Tuning};
+use connect::progress::Progress;
+use connect::sizing::{size_udp_buffers, udp_buffer};
+
+use super::config::{choose_transport, ClientConfig, ServerTrust, Transport};
+use super::report::Tail;
+
+/// How long a push waits for a zero scan that has found nothing but zeros
+/// so far, to send it without data connections (P-29): up to a round trip,
+/// which it saves, within these bounds.
+pub(super) const ZERO_WAIT_MIN: Duration = Duration::from_millis(20);
+pub(super) const ZERO_WAIT_MAX: Duration = Duration::from_millis(200);
+
+/// An authenticated control connection, ready for one request.
+pub struct Connected {
+    pub(super) cfg: ClientConfig,
+    pub(super) addr: SocketAddr,
+    pub(super) ctrl_r: FrameReader,
+    pub(super) ctrl_w: FrameWriter,
+    pub(super) keys: secure::SessionKeys,
+    pub(super) rtt: Duration,
+    /// The UDP port the server opened in the handshake, or 0 (P-23).
+    pub(super) udp_port: u16,
+    pub(super) started: Instant,
+    pub(super) progress: Arc<Progress>,
+    /// `haul probe`: echo measurements to make once the UDP channel is set
+    /// up, over this span, and what they showed (P-36).
+    pub(super) echo_span: Option<Duration>,
+    pub(super) echo: Option<datagram::echo::EchoReport>,
+}
+
+/// The client's UDP socket once its hello has gone (P-23), with the
+/// session's datagram keys.
+struct HelloSent {
+    channel: udp::UdpChannel,
+    hello: setup::Hello,
+    send_key: secure::DatagramKey,
+    recv_key: secure::DatagramKey,
+}
+
+/// Streams to open when the user gave no `--streams` (documented in
+/// docs/ARCHITECTURE.md): enough that per-stream windows cover the
+/// bandwidth-delay product of the rate we aim for (the `--rate` cap, else
+/// 10 Gbit/s) at the measured RTT, at least one per core up to 4, at most 16.
+pub fn auto_streams(rtt: Duration, rate: Option<u64>, stream_window: u64) -> u16 {
+    let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
+    let need = (target * rtt.as_secs_f64() / stream_window.max(1) as f64).ceil() as u64;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as u64)
+        .unwrap_or(1)
+        .min(4);
+    need.max(cores).clamp(1, 16) as u16
+}
+
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TransferError> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| TransferError::new(ErrorCode::Connect, format!("unknown host {host:?}: {e}")))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(TransferError::new(
+            ErrorCode::Connect,
+            format!("unknown host {host:?}: no addresses"),
+        ));
+    }
+    Ok(addrs)
+}
+
+/// A forced socket buffer for one of `streams` data connections: twice its
+/// share of the bandwidth-delay product at the target rate (the `--rate`
+/// cap, else 10 Gbit/s), between 4 MiB and [`net::FORCED_BUFFER`].
+pub fn stream_buffer(rtt: Duration, rate: Option<u64>, streams: u16) -> usize {
+    let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
+    let share = 2.0 * target * rtt.as_secs_f64() / streams.max(1) as f64;
+    (share as usize).clamp(4 << 20, net::FORCED_BUFFER)
+}
+
+fn dial(addr: &SocketAddr, cfg: &ClientConfig) -> Result<TcpStream, TransferError> {
+    Dialer::new(cfg, cfg.tuning.clone()).connect(addr)
+}
+
+/// How to open a connection to the server, owned, so that each data
+/// connection can be dialled on a thread of its own.
+#[derive(Clone)]
+struct Dialer {
+    host: String,
+    port: u16,
+    timeout: Duration,
+    tuning: Tuning,
+}
+
+impl Dialer {
+    pub(super) fn new(cfg: &ClientConfig, tuning: Tuning) -> Dialer {
+        Dialer {
+            host: cfg.host.clone(),
+            port: cfg.port,
+            timeout: cfg.connect_timeout,
+            tuning,
+        }
+    }
+
+    fn connect(&self, addr: &SocketAddr) -> Result<TcpStream, TransferError> {
+        net::connect(addr, &self.tuning, self.timeout).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    "connection refused (is `haul serve` running there, on that port?)".to_string()
+                }
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                    format!("no answer within {}s", self.timeout.as_secs())
+                }
+                _ => e.to_string(),
+            };
+            TransferError::new(
+                ErrorCode::Connect,
+                format!(
+                    "cannot connect to {addr} ({}:{}): {why}",
+                    self.host, self.port
+                ),
+            )
+        })
+    }
+}
+
+/// Data connections being dialled and joined, each on its own thread.
+type Joining = Vec<std::thread::JoinHandle<Result<DataConn, TransferError>>>;
+
+/// Decides whether `key` is the server's (P-3, P-27).
+fn check_server(cfg: &ClientConfig, key: &PublicKey) -> Result<(), TransferError> {
+    let label = format!("{}:{}", cfg.host, cfg.port);
+    let path = match &cfg.trust {
+        ServerTrust::Key(expected) if expected == key => return Ok(()),
+        ServerTrust::Key(expected) => {
+            return Err(TransferError::new(
+                ErrorCode::Auth,
+                format!(
+                    "the haul server at {label} showed key {} but the one started over ssh sent {}; another program answered on its port",
+                    key.fingerprint(),
+                    expected.fingerprint()
+                ),
+            ))
+        }
+        ServerTrust::KnownHosts(path) => path,
+    };
+    let mut known =
+        KnownHosts::load(path).map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
+    match known.check(&label, key) {
+        HostKeyStatus::Known => Ok(()),
+        HostKeyStatus::Unknown => {
+            known
+                .add(&label, key)
+                .map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
+            if let Some(f) = &cfg.notice {
+                f(&format!(
+                    "pinned the key of new server {label} ({}) in {}",
+                    key.fingerprint(),
+                    known.path().display()
+                ));
+            }
+            Ok(())
+        }
+        HostKeyStatus::Changed { pinned, line } => Err(TransferError::new(
+            ErrorCode::Auth,
+            format!(
+                "the key of server {label} CHANGED: pinned {} but it now shows {}. Someone may be intercepting the connection, or the server was re-keyed; if you know it was, delete line {line} of {}",
+                pinned.fingerprint(),
+                key.fingerprint(),
+                known.path().display()
+            ),
+        )),
+    }
+}
+
+impl Connected {
+    pub fn connect(cfg: ClientConfig) -> Result<Connected, TransferError> {
+        let started = Instant::now();
+        let (addr, stream) = Connected::dial_first(&cfg)?;
+        Connected::establish(cfg, addr, stream, started)
+    }
+
+    /// Connects to the first address of the server that answers. Fails
+    /// with `Connect` (3) if none does.
+    pub fn dial_first(cfg: &ClientConfig) -> Result<(SocketAddr, TcpStream), TransferError> {
+        let addrs = if cfg.dial.is_empty() {
+            resolve(&cfg.host, cfg.port)?
+        } else {
+            cfg.dial.clone()
+        };
+        let mut last = None;
+        for a in &addrs {
+            match dial(a, cfg) {
+                Ok(s) => return Ok((*a, s)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            TransferError::new(
+                ErrorCode::Connect,
+                format!("no address to reach {}", cfg.host),
+            )
+        }))
+    }
+
+    /// Authenticates over a connection [`Connected::dial_first`] made.
+    pub fn establish(
+        cfg: ClientConfig,
+        addr: SocketAddr,
+        mut stream: TcpStream,
+        started: Instant,
+    ) -> Result<Connected, TransferError> {
+        // Any transport but TCP may end on the UDP channel: ask for its
+        // socket now, so the hello can ride behind the request (P-23).
+        let wishes = wire::HandshakeWishes {
+            udp_port: cfg.transport != Transport::Tcp,
+        };
+        let est = handshake::client(&mut stream, &cfg.identity, wishes, |key| {
+            check_server(&cfg, key)
+        })?;
+        let progress = Arc::new(Progress::default());
+        let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
+        // The server's welcome (or refusal) is read after the request is
+        // sent: the request rides right behind the handshake, one round
+        // trip sooner (P-22).
+        let (ctrl_r, ctrl_w) = (control.reader, control.writer);
+        Ok(Connected {
+            cfg,
+            addr,
+            ctrl_r,
+            ctrl_w,
+            keys: est.keys,
+            rtt: est.rtt,
+            udp_port: est.udp_port,
+            started,
+            progress,
+            echo_span: None,
+            echo: None,
+        })
+    }
+
+    pub fn rtt(&self) -> Duration {
+        self.rtt
+    }
+
+    /// Reads the server's welcome: it accepted our key and has room.
+    fn await_welcome(&mut self) -> Result<(), TransferError> {
+        let r = &mut self.ctrl_r;
+        r.get_ref()
+            .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
+            .ok();
+        let res = match r.read_msg() {
+            Ok(Some(Msg::Welcome)) => Ok(()),
+            Ok(Some(Msg::Error { code, message })) => Err(TransferError::new(
+                code,
+                format!("server refused: {message}"),
+            )),
+            Ok(Some(_)) => Err(TransferError::new(
+                ErrorCode::Protocol,
+                "server sent no welcome",
+            )),
+            Ok(None) => Err(TransferError::new(
+                ErrorCode::Auth,
+                "server closed the connection after the handshake (it did not accept our key)",
+            )),
+            Err(e) => Err(e.into_transfer("waiting for the server's welcome")),
+        };
+        r.get_ref().set_read_timeout(None).ok();
+        res
+    }
+
+    pub(super) fn streams(&self) -> (u16, u64) {
+        let window = BufferLimits::read().stream_window(self.cfg.tuning.force_buffer.is_some());
+        (
+            self.cfg
+                .streams
+                .or(self.cfg.advice.map(|a| a.streams))
+                .unwrap_or_else(|| auto_streams(self.rtt, self.cfg.rate, window)),
+            window,
+        )
+    }
+
+    /// A request for `op` on `paths` over `streams` data connections, with
+    /// this client's settings; not recursive, no sources' options, not
+    /// gated (callers set those they need).
+    pub(super) fn build_request(&self, op: Op, paths: Vec<String>, streams: u16) -> Request {
+        let protection = match self.cfg.protection {
+            Protection::Aes256Gcm => PROTECT_AES256GCM,
+            Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
+            Protection::IntegrityOnly => PROTECT_INTEGRITY_ONLY,
+        };
+        Request {
+            op,
+            paths,
+            recursive: false,
+            many_sources: false,
+            streams,
+            block_size: self.cfg.block_size,
+            protection,
+            rate: self.cfg.rate.unwrap_or(0),
+            transport: match (self.cfg.transport, self.cfg.advice) {
+                (Transport::Auto, Some(a)) => a.transport,
+                (t, _) => choose_transport(t, self.rtt),
+            }
+            .wire(),
+            contents: false,
+            preserve: self.cfg.preserve,
+            compress: transfer::compress::mode_to_wire(self.cfg.compress).0,
+            compress_level: transfer::compress::mode_to_wire(self.cfg.compress).1,
+            sync: wire::SyncOptions {
+                gated: false,
+                ..self.cfg.sync
+            },
+            basis: match op {
+                Op::Push => self.cfg.basis.clone().unwrap_or_default(),
+                Op::Pull | Op::Probe { .. } | Op::Tunnel => String::new(),
+            },
+        }
+    }
+
+    /// Sends `req`, reads the welcome and the answer, and opens the data
+    /// path the answer names.
+    pub(super) fn request(&mut self, req: Request) -> Result<(DataPlan, bool), TransferError> {
+        let requested = req.streams;
+        let asked_udp = req.transport == TRANSPORT_UDP;
+        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
+        // The hello rides right behind the request, to the port message two
+        // named; the server answers it once it accepts (P-23).
+        let hello = asked_udp.then(|| self.udp_hello());
+        // So do the data connections, all at once: the server holds their
+        // joins until it accepts (P-20), so their round trip overlaps the
+        // answer's instead of following it, one per connection.
+        let joining =
+            (!asked_udp && requested > 0 && sent.is_ok()).then(|| self.dial_streams(requested));
+        // A refusal (unknown key, busy) explains a failed send better.
+        self.await_welcome()?;
+        sent.map_err(|e| TransferError::lost("sending the request", &e))?;
+        let (session, streams, udp_port, server_gated) = match self.ctrl_r.read_msg() {
+            Ok(Some(Msg::Accept {
+                session,
+                streams,
+                udp_port,
+                gated,
+            })) => (session, streams, udp_port, gated),
+            Ok(Some(Msg::Error { code, message })) => {
+                return Err(TransferError::new(code, format!("server: {message}")))
+            }
+            Ok(_) => {
+                return Err(TransferError::new(
+                    ErrorCode::Protocol,
+                    "server answered the request with something else",
+                ))
+            }
+            Err(e) => return Err(e.into_transfer("waiting for the server's answer")),
+        };
+        let refusal = if session != self.keys.session_id() {
+            Some("server named another session".to_string())
+        } else if streams == 0 || streams > requested {
+            Some(format!(
+                "server asked for {streams} streams where {requested} were offered"
+            ))
+        } else if asked_udp && udp_port != self.udp_port {
+            Some(format!(
+                "server named UDP port {udp_port} in its answer but {} in the handshake",
+                self.udp_port
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            // Tell the server, so it stops waiting for data connections.
+            let _ = self.ctrl_w.send_msg(&Msg::Error {
+                code: ErrorCode::Protocol,
+                message: message.clone(),
+            });
+            return Err(TransferError::new(ErrorCode::Protocol, message));
+        }
+        let progress = self.progress();
+        if let Some(hello) = hello {
+            match hello.and_then(|h| self.udp_setup(h)) {
+                Ok(link) => {
+                    if let Some(span) = self.echo_span {
+                        self.echo = Some(datagram::echo::measure(
+                            &link.channel,
+                            &link.send_key,
+                            &link.recv_key,
+                            self.rtt,
+                            link.payload,
+                            span,
+                        ));
+                    }
+                    self.ctrl_w
+                        .send_msg(&Msg::UseTransport {
+                            udp_payload: link.payload as u16,
+                        })
+                        .map_err(|e| TransferError::lost("confirming the UDP channel", &e))?;
+                    return Ok((DataPlan::Udp(Box::new(link)), server_gated));
+                }
+                Err(why) if self.cfg.transport == Transport::Udp => {
+                    let message = format!("UDP data channel failed: {why}; try --transport tcp");
+                    let _ = self.ctrl_w.send_msg(&Msg::Error {
+                        code: ErrorCode::Connect,
+                        message: message.clone(),
+                    });
+                    return Err(TransferError::new(ErrorCode::Connect, message));
+                }
+                Err(why) => {
+                    if let Some(f) = &self.cfg.notice {
+                        f(&format!(
+                            "UDP data channel unavailable ({why}); using TCP streams"
+                        ));
+                    }
+                    tracing::info!("UDP data channel unavailable ({why}); using TCP streams");
+                    self.ctrl_w
+                        .send_msg(&Msg::UseTransport { udp_payload: 0 })
+                        .map_err(|e| TransferError::lost("falling back to TCP", &e))?;
+                }
+            }
+        }
+        Progress::set(&progress.streams, streams as u64);
+        let mut joining = joining.unwrap_or_else(|| self.dial_streams(streams));
+        // Connections beyond those accepted are closed (no server asks
+        // for fewer today).
+        joining.truncate(streams as usize);
+        joining
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(TransferError::new(
+                        ErrorCode::Connect,
+                        "opening a data connection failed (its thread panicked)",
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|c| (DataPlan::Tcp(c), server_gated))
+    }
+
+    /// Dials data connections `1..=streams` and joins them to the session
+    /// (P-20), each on its own thread.
+    fn dial_streams(&self, streams: u16) -> Joining {
+        // The RTT is known now: where buffers can be forced, size each data
+        // connection's to its share of the path's BDP instead of the maximum.
+        let mut tuning = self.cfg.tuning.clone();
+        if tuning.force_buffer.is_some() {
+            tuning.force_buffer = Some(stream_buffer(self.rtt, self.cfg.rate, streams));
+        }
+        let dialer = Dialer::new(&self.cfg, tuning);
+        (1..=streams)
+            .map(|i| {
+                let (dialer, addr, keys) = (dialer.clone(), self.addr, self.keys.clone());
+                let (protection, progress) = (self.cfg.protection, self.progress());
+                std::thread::spawn(move || {
+                    let s = dialer.connect(&addr)?;
+                    client_join(s, &keys, i, protection, &progress)
+                })
+            })
+            .collect()
+    }
+
+    /// Opens the client's UDP socket and sends the hello to the port the
+    /// server opened in the handshake (P-23).
+    fn udp_hello(&self) -> Result<HelloSent, String> {
+        if self.udp_port == 0 {
+            return Err("the server offered no UDP port".into());
+        }
+        let server = SocketAddr::new(self.addr.ip(), self.udp_port);
+        let local: SocketAddr = if server.is_ipv6() {
+            "[::]:0".parse().expect("literal")
+        } else {
+            "0.0.0.0:0".parse().expect("literal")
+        };
+        let mut channel = udp::UdpChannel::bind(local).map_err(|e| e.to_string())?;
+        let (send_key, recv_key) = datagram::keys(&self.keys, self.cfg.protection, true);
+        let hello = setup::client_hello(&mut channel, server, self.keys.session_id(), &send_key)
+            .map_err(|e| e.0)?;
+        Ok(HelloSent {
+            channel,
+            hello,
+            send_key,
+            recv_key,
+        })
+    }
+
+    /// Sets up the UDP channel once the server accepted: the hello's
+    /// answer, path-MTU probes, buffers sized to the path.
+    fn udp_setup(&self, sent: HelloSent) -> Result<UdpLink, String> {
+        let HelloSent {
+            mut channel,
+            hello,
+            send_key,
+            recv_key,
+        } = sent;
+        let payload = setup::client(
+            &mut channel,
+            hello,
+            self.keys.session_id(),
+            &send_key,
+            &recv_key,
+            self.rtt,
+        )
+        .map_err(|e| e.0)?;
+        let want = udp_buffer(self.rtt, self.cfg.rate);
+        size_udp_buffers(&channel, want, &self.cfg.tuning, &self.progress);
+        Ok(UdpLink {
+            channel,
+            send_key,
+            recv_key,
+            payload,
+            rtt: self.rtt,
+            workers: datagram::workers(),
+            backlog: Vec::new(),
+            silence: self.cfg.tuning.timeout,
+        })
+    }
+
+    /// The counters of this connection, for a progress display.
+    pub fn progress(&self) -> Arc<Progress> {
+        self.progress.clone()
+    }
+
+    pub(super) fn tail(&self) -> Tail {
+        Tail {
+            progress: self.progress.clone(),
+            started: self.started,
+            rtt: self.rtt,
+            protection: self.cfg.protection,
+            dry_run: self.cfg.sync.dry_run,
+            advised: self.cfg.advice.is_some()
+                && self.cfg.transport == Transport::Auto
+                && self.cfg.streams.is_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_transport_takes_udp_on_long_paths_only() {
+        let ms = Duration::from_millis;
+        assert_eq!(choose_transport(Transport::Auto, ms(0)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Auto, ms(30)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Auto, ms(49)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Auto, ms(50)), Transport::Udp);
+        assert_eq!(choose_transport(Transport::Auto, ms(150)), Transport::Udp);
+        assert_eq!(choose_transport(Transport::Tcp, ms(150)), Transport::Tcp);
+        assert_eq!(choose_transport(Transport::Udp, ms(0)), Transport::Udp);
+    }
+
+    #[test]
+    fn stream_rules() {
+        let ms = Duration::from_millis;
+        // Loopback: one per core (up to 4).
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(4) as u16;
+        assert_eq!(auto_streams(ms(0), None, 4 << 20), cores.max(1));
+        // 150 ms with 2.7 MB windows: capped at 16.
+        assert_eq!(auto_streams(ms(150), None, 2_800_000), 16);
+        // 150 ms with 32 MiB windows, 10 Gbit/s target: 6.
+        assert_eq!(auto_streams(ms(150), None, 32 << 20), 6.max(cores));
+        // A 500 Mbit/s cap needs fewer.
+        assert_eq!(
+            auto_streams(ms(150), Some(62_500_000), 32 << 20),
+            1.max(cores)
+        );
+        assert_eq!(stream_buffer(ms(150), None, 6), 62_500_000);
+        assert_eq!(stream_buffer(ms(1), None, 6), 4 << 20);
+        assert_eq!(stream_buffer(ms(600), None, 2), net::FORCED_BUFFER);
+        // UDP buffers: a BDP at the target rate, within bounds.
+        use connect::sizing::{UDP_BUFFER_MAX, UDP_BUFFER_MIN};
+        assert_eq!(udp_buffer(ms(1), None), UDP_BUFFER_MIN);
+        assert_eq!(udp_buffer(ms(150), None), UDP_BUFFER_MAX);
+        assert_eq!(udp_buffer(ms(150), Some(125_000_000)), 18_750_000);
+    }
+}
