@@ -25,7 +25,7 @@ use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, 
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
 use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW};
-use transfer::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
+use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
 mod limits;
 pub use limits::{
@@ -380,7 +380,7 @@ impl Server {
         // Prepare the side we play before accepting, so errors come first.
         enum Side {
             Send(Box<SenderSession>, Sources, u64),
-            Receive(Box<Sink>, transfer::dedup::ReceiveOptions),
+            Receive(Box<Sink>, transfer::ReceiveOptions),
             Tunnel(String),
         }
         let side = match req.op {
@@ -411,12 +411,8 @@ impl Server {
                 let mut session =
                     SenderSession::new(walked.entries, req.block_size, send_window(&req));
                 if req.sync.gated {
-                    let gated = transfer::dedup::gate_sender(
-                        &mut session,
-                        &req.sync,
-                        &sources,
-                        req.block_size,
-                    );
+                    let gated =
+                        transfer::gate_sender(&mut session, &req.sync, &sources, req.block_size);
                     if let Err(e) = gated {
                         return refuse(&mut ctrl_w, e);
                     }
@@ -464,7 +460,7 @@ impl Server {
                 match dest_res.and_then(|d| basis.map(|b| (d, b))) {
                     Ok((d, basis)) => Side::Receive(
                         Box::new(Sink::new(d, req.preserve)),
-                        transfer::dedup::ReceiveOptions {
+                        transfer::ReceiveOptions {
                             sync: req.sync,
                             basis,
                             cache: self
@@ -592,7 +588,7 @@ impl Server {
                 session.set_budget(session_share(self.cfg.memory));
                 session.set_pool(self.reserved.clone());
                 if gated {
-                    transfer::dedup::gate_receiver(&mut session, &opts);
+                    transfer::gate_receiver(&mut session, &opts);
                 }
                 let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &sink, &opts, &progress)?;
                 Ok(format!(

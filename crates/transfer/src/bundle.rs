@@ -1,22 +1,11 @@
-//! Bundles of whole small files (P-33), both ends. The sender's reader,
-//! having taken a block that is a whole small file, takes the next blocks
-//! too while each is one and they fit, and sends them as one block, so
-//! that they are compressed together (a tree of small files compressed one
-//! file at a time loses most of what `tar | zstd` gains). The receiver
-//! checks the bundle's hash, splits it, and places each member as the one
-//! block of its file, under the hash of the member's bytes (authentic
-//! because the bundle's hash is).
+//! Bundles of whole small files (P-33): their bounds, and how a received
+//! bundle is decoded and split, the same for every receiver. The sender's
+//! stage that gathers them is `sender::bundle`; the receiver's that places
+//! their members is `receiver::decode`.
 
-use std::time::Instant;
+use wire::bundle::{self, Member};
+use wire::{BlockHeader, CODEC_BUNDLE};
 
-use session::{block_hash, BlockRef, BlockVerdict, SenderSession};
-use store::Sources;
-use wire::bundle::{self, Member, MAX_MEMBERS};
-use wire::{BlockHeader, ErrorCode, CODEC_BUNDLE, CODEC_NONE};
-
-use crate::engine::{Receiving, Shared};
-use crate::send_blocks::{read_block, Read};
-use connect::error::TransferError;
 use connect::progress::Progress;
 
 /// Largest file that goes in a bundle: any that fits (only files of one
@@ -31,116 +20,6 @@ pub const MEMBER_MAX: u32 = BUNDLE_MAX;
 /// (see docs/BENCHMARKS.md), so 4 MiB it stays.
 pub const BUNDLE_MAX: u32 = 4 << 20;
 
-/// Adds whole small files after `leader`, whose bytes are `buf[at..]`,
-/// while the next block is one and fits. With at least one taken,
-/// `buf[at..]` becomes the bundle's length (4 bytes) and the bundle, and
-/// the bundle's hash comes back; otherwise nothing changes.
-pub(crate) fn gather(
-    sh: &Shared<SenderSession>,
-    sources: &Sources,
-    buf: &mut Vec<u8>,
-    at: usize,
-    leader: &BlockRef,
-) -> Option<[u8; 32]> {
-    let budget = BUNDLE_BODY_MAX as usize;
-    let mut members = vec![Member {
-        file: leader.file,
-        len: leader.len,
-    }];
-    let mut data: Vec<u8> = Vec::new();
-    while members.len() < MAX_MEMBERS {
-        let used = bundle::table_len(members.len() + 1) + leader.len as usize + data.len();
-        let room = budget.saturating_sub(used).min(MEMBER_MAX as usize) as u32;
-        if room == 0 {
-            break;
-        }
-        let Some(m) = sh.lock().next_bundle_member(room, Instant::now()) else {
-            break;
-        };
-        let start = data.len();
-        // A zero file is announced (P-29), not bundled.
-        let Read::Data(..) = read_block(sh, sources, &m, &mut data, start)? else {
-            data.truncate(start);
-            continue;
-        };
-        members.push(Member {
-            file: m.file,
-            len: m.len,
-        });
-    }
-    if members.len() == 1 {
-        return None;
-    }
-    let mut out =
-        Vec::with_capacity(at + 4 + bundle::table_len(members.len()) + buf.len() + data.len());
-    out.extend_from_slice(&buf[..at]);
-    out.extend_from_slice(&[0; 4]);
-    bundle::encode_table(&members, &mut out);
-    out.extend_from_slice(&buf[at..]);
-    out.extend_from_slice(&data);
-    let total = (out.len() - at - 4) as u32;
-    out[at..at + 4].copy_from_slice(&total.to_le_bytes());
-    debug_assert!(total as usize <= budget);
-    let hash = block_hash(&out[at + 4..]);
-    sh.lock()
-        .bundled(leader.file, members[1..].iter().map(|m| m.file).collect());
-    *buf = out;
-    Some(hash)
-}
-
-/// Places a received bundle led by the block `h` names: decodes the
-/// bundle within its bounds, checks it against `h.hash`, and only then
-/// reads its table (the hash covers the encoded bundle's every byte once
-/// decoded; no hash of the encoded bytes exists to check before decoding,
-/// so the decoder is bounded instead, issue 23). A bundle that does not
-/// decode or fails its hash is the leader's block failing its hash (under
-/// `--no-encrypt` its bytes may have been altered on the path): the leader
-/// is asked for again, and the sender sends the other members again with
-/// it. A bundle that passes its hash but whose table is bad, or does not
-/// begin with the leader, is the sender's doing: the session ends
-/// (`Protocol`). Every member is then placed as its file's one block.
-/// The leader's verdict comes back.
-pub(crate) fn place(rx: &Receiving, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
-    let bytes = match unbundle(h, data, rx.sh.progress) {
-        Ok(b) if block_hash(&b) == h.hash => b,
-        Ok(_) => return rx.refuse(h, "a bundle that fails its hash"),
-        Err(why) => return rx.refuse(h, &why),
-    };
-    let members = match split(h, &bytes) {
-        Ok(m) => m,
-        Err(why) => return malformed(rx, h, &why),
-    };
-    let mut leader = None;
-    for (m, bytes) in members {
-        let mh = BlockHeader {
-            file: m.file,
-            index: 0,
-            offset: 0,
-            len: m.len,
-            hash: block_hash(bytes),
-            codec: CODEC_NONE,
-            wire_len: m.len,
-        };
-        let v = rx.place_hashed(&mh, bytes)?;
-        leader.get_or_insert(v);
-    }
-    leader
-}
-
-/// Ends the session for a bundle that passed its hash but is malformed:
-/// its bytes are the sender's, whatever the protection.
-fn malformed(rx: &Receiving, h: &BlockHeader, why: &str) -> Option<BlockVerdict> {
-    let e = TransferError::new(
-        ErrorCode::Protocol,
-        format!(
-            "the bundle led by file {} passed its hash but {why}",
-            h.file
-        ),
-    );
-    rx.sh.fail(e, true);
-    None
-}
-
 /// Largest bundle a receiver decodes: what a sender fills
 /// ([`BUNDLE_MAX`] less the bundle's 4-byte length), whatever the block
 /// size. The length is checked before anything is allocated.
@@ -149,7 +28,11 @@ pub const BUNDLE_BODY_MAX: u32 = BUNDLE_MAX - 4;
 /// The bundle's bytes: its 4-byte length, then the bundle, decoded with
 /// the base codec to exactly that length, which is at most
 /// [`BUNDLE_BODY_MAX`]. `Err`: why not.
-fn unbundle(h: &BlockHeader, data: &[u8], progress: &Progress) -> Result<Vec<u8>, String> {
+pub(crate) fn unbundle(
+    h: &BlockHeader,
+    data: &[u8],
+    progress: &Progress,
+) -> Result<Vec<u8>, String> {
     let (head, body) = data
         .split_at_checked(4)
         .ok_or("a bundle without its length")?;
@@ -167,7 +50,10 @@ fn unbundle(h: &BlockHeader, data: &[u8], progress: &Progress) -> Result<Vec<u8>
 /// The members of a bundle that passed its hash, each with its bytes
 /// (`wire::bundle::decode`: counts and lengths inside the bundle, no file
 /// twice, none empty), the leader first. `Err`: what is wrong.
-fn split<'a>(h: &BlockHeader, bytes: &'a [u8]) -> Result<Vec<(Member, &'a [u8])>, String> {
+pub(crate) fn split<'a>(
+    h: &BlockHeader,
+    bytes: &'a [u8],
+) -> Result<Vec<(Member, &'a [u8])>, String> {
     let members = bundle::decode(bytes).map_err(|e| format!("has a bad table: {e}"))?;
     match members.first() {
         Some((m, _)) if m.file == h.file && m.len == h.len => Ok(members),
@@ -179,7 +65,7 @@ fn split<'a>(h: &BlockHeader, bytes: &'a [u8]) -> Result<Vec<(Member, &'a [u8])>
 mod tests {
     use super::*;
     use codec::{Codec, Coder};
-    use wire::{CODEC_LZ4, CODEC_ZSTD};
+    use wire::{CODEC_LZ4, CODEC_NONE, CODEC_ZSTD};
 
     const MIB: usize = 1 << 20;
 

@@ -559,7 +559,7 @@ mod tests {
         let run = |pieces: &[Piece], len: u32| {
             let mut prog = Vec::new();
             encode(pieces.iter().copied(), &mut prog);
-            crate::dedup::apply(&prog, len, read_basis, read_cache)
+            crate::delta::apply(&prog, len, read_basis, read_cache)
         };
         let good = [
             Piece::Literal(b"ab"),
@@ -612,7 +612,7 @@ mod tests {
         )
         .is_err());
         // Not a program.
-        assert!(crate::dedup::apply(&[9, 9, 9], 3, read_basis, read_cache).is_err());
-        assert!(crate::dedup::apply(&[], 3, read_basis, read_cache).is_err());
+        assert!(crate::delta::apply(&[9, 9, 9], 3, read_basis, read_cache).is_err());
+        assert!(crate::delta::apply(&[], 3, read_basis, read_cache).is_err());
     }
 }

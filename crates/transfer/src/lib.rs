@@ -1,29 +1,44 @@
 //! The transfer engine: the block pipeline and the loops that run it, the
 //! same whichever side is client or server.
 //!
-//! It owns the path of a block from the source to the wire and back to the
-//! destination: read, zero check ([`zero_scan`]), deduplication against
-//! what the receiver holds ([`dedup`]), compression and its policy
-//! ([`compress`], [`cpu`]), bundling of small blocks (`bundle`), sealing
-//! and sending over TCP (`send_blocks`) or the UDP channel
-//! ([`datagram`]), and on receipt the mirror of each, down to the sink.
-//! [`transfer`] runs the threads: one per data stream, the control reader
-//! and writer, and the finalizer.
+//! A block's path, one stage a file:
+//!
+//! ```text
+//! sender                                         receiver
+//! session.next_block                             receiver::tcp | receiver::udp
+//!  → sender::read     read, zero check, hash      → receiver::decode  decompress,
+//!  → crate::delta     program vs. what the           rebuild a delta, split a bundle
+//!                     receiver holds              → receiver::place   hash check, write,
+//!  → sender::bundle   small files together                            journal, next actions
+//!  → crate::compress  in place, by the policy    → receiver (finalizer) sync, rename
+//!  → sender::tcp      seal and write a frame
+//!  | sender::udp      chunk, seal, pace
+//! ```
+//!
+//! `sender::prepare` runs the first four on a pool of workers; each stage
+//! takes only what it uses (the sources, the compression policy, the
+//! session behind its lock). [`sender`] and [`receiver`] run the threads
+//! of each side: streams, the control reader and writer, the planner, the
+//! answerer, the finalizer and the chunk cache's feeder. Storage is
+//! `store`'s (`Sources`, `Sink`).
 //!
 //! It must not open connections, listen, or decide who talks to whom: it
 //! is handed connected, keyed streams by `connect` and `endpoint`, sources
 //! and a sink by `store`, and the sans-IO sessions by `session`.
 
-pub(crate) mod bundle;
+pub mod bundle;
 pub mod compress;
 pub mod cpu;
-pub mod datagram;
-pub mod dedup;
-pub mod engine;
-pub(crate) mod send_blocks;
+pub(crate) mod delta;
+pub(crate) mod digest;
+pub mod options;
+pub mod receiver;
+pub mod sender;
+pub(crate) mod shared;
 pub mod zero_scan;
 
 pub use bundle::BUNDLE_MAX;
-pub use dedup::ReceiveOptions;
-pub use engine::{run_receiver, run_sender, RecvPath, SendPath, SenderReport, Sending};
+pub use options::{gate_receiver, gate_sender, ReceiveOptions};
+pub use receiver::{run_receiver, RecvPath};
+pub use sender::{run_sender, SendPath, SenderReport, Sending};
 pub use zero_scan::ZeroScan;

@@ -14,7 +14,7 @@ use connect::error::TransferError;
 use connect::join::DataPlan;
 use connect::progress::Progress;
 use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
-use transfer::engine::{run_receiver, run_sender, RecvPath, SendPath, Sending};
+use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
 impl Connected {
     /// Sends local sources to `dest` on the server. `contents`: a source
@@ -95,12 +95,7 @@ impl Connected {
         };
         let mut session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
         if gated {
-            transfer::dedup::gate_sender(
-                &mut session,
-                &self.cfg.sync,
-                &sources,
-                self.cfg.block_size,
-            )?;
+            transfer::gate_sender(&mut session, &self.cfg.sync, &sources, self.cfg.block_size)?;
         }
         let how = Sending {
             rate: self.cfg.rate,
@@ -196,7 +191,7 @@ impl Connected {
             }
             None => None,
         };
-        let opts = transfer::dedup::ReceiveOptions {
+        let opts = transfer::ReceiveOptions {
             sync: self.cfg.sync,
             basis,
             cache: self.cfg.cache.clone(),
@@ -220,7 +215,7 @@ impl Connected {
         self,
         plan: DataPlan,
         sink: &Sink,
-        opts: &transfer::dedup::ReceiveOptions,
+        opts: &transfer::ReceiveOptions,
         gated: bool,
         window: u64,
         asked: Option<session::Asked>,
@@ -242,7 +237,7 @@ impl Connected {
             session.expect(asked);
         }
         if gated {
-            transfer::dedup::gate_receiver(&mut session, opts);
+            transfer::gate_receiver(&mut session, opts);
         }
         let summary = run_receiver(
             self.ctrl_r,
@@ -268,7 +263,7 @@ impl Connected {
         let echo = self.echo.take();
         let begun = Instant::now();
         let sink = Sink::new(store::Destination::Null, false);
-        let opts = transfer::dedup::ReceiveOptions {
+        let opts = transfer::ReceiveOptions {
             sync: wire::SyncOptions::default(),
             basis: None,
             cache: None,

@@ -14,7 +14,7 @@ use udp::RecvBatch;
 use wire::datagram::{Signal, DATA_SEQ_START};
 use wire::{BlockHeader, ErrorCode};
 
-use crate::engine::Receiving;
+use super::place::Receiving;
 use connect::datagram::{open, seal_signal, Opened, UdpLink};
 use connect::error::TransferError;
 use connect::progress::Progress;

@@ -17,8 +17,9 @@ use udp::RecvBatch;
 use wire::datagram::{FirstChunk, Signal};
 use wire::ErrorCode;
 
-use crate::engine::Shared;
-use crate::send_blocks::read_next_block;
+use super::prepare::read_next_block;
+use crate::compress::Compression;
+use crate::shared::Shared;
 use connect::datagram::{open, seal_chunk, seal_signal, Opened, UdpLink};
 use connect::error::TransferError;
 use connect::progress::Progress;
@@ -39,6 +40,7 @@ pub(crate) fn run(
     sh: &Shared<SenderSession>,
     link: UdpLink,
     sources: &Sources,
+    compression: &Compression,
     (cap, start): (Option<u64>, Option<u64>),
     acks: Receiver<Vec<(u32, u32)>>,
 ) {
@@ -50,7 +52,9 @@ pub(crate) fn run(
             let (tx, tail) = (tx.clone(), &tail);
             scope.spawn(move || {
                 let mut buf = Vec::new();
-                while let Some((b, h, codec)) = read_next_block(sh, sources, &mut buf, 0) {
+                while let Some((b, h, codec)) =
+                    read_next_block(sh, sources, compression, &mut buf, 0)
+                {
                     let last = sh.lock().all_handed_out();
                     if tx.send((b, h, codec, std::mem::take(&mut buf))).is_err() {
                         return;

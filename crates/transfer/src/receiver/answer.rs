@@ -1,0 +1,175 @@
+//! The answerer of a gated session (P-31, P-32, P-35): takes each file in
+//! manifest order, decides whether it is already in place (`--update`,
+//! `--checksum`) or only listed (`--dry-run`), and otherwise opens it and
+//! announces the chunks of its basis (the destination's old version, a
+//! partial, or `--basis`), or the blocks a partial already holds.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use store::StoreError;
+use wire::ChunkId;
+
+use connect::error::TransferError;
+use connect::progress::Progress;
+
+use super::place::{Question, Receiving};
+use crate::digest::file_digest;
+use crate::shared::POLL;
+
+/// The chunks of the file at `path`, as the wire names them.
+fn chunk_ids(file: &File) -> std::io::Result<Vec<ChunkId>> {
+    let chunks = chunk::chunks_of(std::io::BufReader::with_capacity(1 << 20, file), |_, _| {})?;
+    Ok(chunks
+        .iter()
+        .map(|c| (chunk::short(&c.hash), c.len))
+        .collect())
+}
+
+impl Receiving<'_, '_> {
+    /// Answers the files of a gated session in manifest order.
+    pub(crate) fn answerer(&self, questions: mpsc::Receiver<Question>) {
+        while !self.sh.is_done() && !self.sh.stopped() {
+            let q = match questions.recv_timeout(POLL) {
+                Ok(q) => q,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            if let Err(e) = self.answer(q) {
+                self.sh.fail(e, true);
+                return;
+            }
+        }
+    }
+
+    fn answer(&self, q: Question) -> Result<(), TransferError> {
+        // The file in place, opened without following a link (P-38): a
+        // link there is neither read nor told about.
+        let existing = self
+            .sink
+            .open_placed(&q.path)?
+            .and_then(|f| f.metadata().ok().map(|m| (f, m)));
+        if self.opts.sync.update && q.size > 0 {
+            if let Some((file, meta)) = &existing {
+                if meta.len() == q.size && self.up_to_date(q.id, file, meta, &q)? {
+                    let mut st = self.sh.lock();
+                    st.skip(q.id)?;
+                    Progress::add(&self.sh.progress.skipped_files, 1);
+                    Progress::add(&self.sh.progress.skipped_bytes, q.size);
+                    let actions = Self::drain(&mut st);
+                    drop(st);
+                    return self.execute(actions);
+                }
+            }
+        }
+        if self.opts.sync.dry_run {
+            let mut st = self.sh.lock();
+            st.ready(q.id, Vec::new());
+            self.sh
+                .progress
+                .listed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(String::from_utf8_lossy(&q.path).into_owned());
+            Progress::add(&self.sh.progress.listed_bytes, q.size);
+            let actions = Self::drain(&mut st);
+            drop(st);
+            self.sh.cv.notify_all();
+            return self.execute(actions);
+        }
+        // What an interrupted transfer of this file left (P-35) is the
+        // likelier match: it is this source, where the file in place may
+        // be an older version. The file is written into it in place.
+        let partial = match (&self.opts.basis, self.opts.sync.dedup) {
+            (None, true) => self.sink.partial_of(&q.path)?,
+            _ => None,
+        };
+        // The basis is open before the new file replaces it; the open file
+        // stays readable whatever happens to its name.
+        let shown = self.sink.final_path(&q.path)?.unwrap_or_default();
+        let resuming = partial.is_some();
+        let basis = match (&self.opts.basis, partial) {
+            (Some((p, f)), _) => Some((p.clone(), f.clone())),
+            (None, Some(f)) => Some((store::partial::resumable_path(&shown), Arc::new(f))),
+            (None, None) if self.opts.sync.dedup => existing.map(|(f, _)| (shown, Arc::new(f))),
+            (None, None) => None,
+        };
+        let stamp = store::Stamp {
+            block_size: self.block_size,
+            size: q.size,
+            mtime: q.mtime.0,
+            mtime_nsec: q.mtime.1,
+        };
+        self.sink.open_file(q.id, &q.path, &stamp)?;
+        // A partial whose journal is of this very source resumes block by
+        // block; otherwise it is a basis like any other (P-35).
+        let held = match resuming {
+            true => self.sink.held_blocks(q.id).unwrap_or_else(|e| {
+                tracing::warn!("resuming by content instead: {e}");
+                Vec::new()
+            }),
+            false => Vec::new(),
+        };
+        self.forward_notes();
+        let basis = basis.filter(|_| held.is_empty());
+        if !held.is_empty() {
+            tracing::debug!("resuming file {} from {} held blocks", q.id, held.len());
+        }
+        let ids = match basis {
+            Some((p, f)) => {
+                let t0 = Instant::now();
+                let ids = chunk_ids(&f)
+                    .map_err(|e| TransferError::from(StoreError::io("read the basis", &p, &e)))?;
+                tracing::debug!(
+                    "basis {} cut into {} chunks in {:?}",
+                    p.display(),
+                    ids.len(),
+                    t0.elapsed()
+                );
+                self.bases.insert(q.id, f);
+                ids
+            }
+            None => Vec::new(),
+        };
+        let actions = {
+            let mut st = self.sh.lock();
+            st.opened(q.id)?;
+            st.hold(q.id, held);
+            st.ready(q.id, ids);
+            Self::drain(&mut st)
+        };
+        self.sh.cv.notify_all();
+        self.execute(actions)
+    }
+
+    /// `--update`: the same size and modification time (to the second,
+    /// and the nanosecond where both sides keep them), or, with
+    /// `--checksum`, the same content.
+    fn up_to_date(
+        &self,
+        id: u32,
+        file: &File,
+        meta: &std::fs::Metadata,
+        q: &Question,
+    ) -> Result<bool, TransferError> {
+        if self.opts.sync.checksum {
+            let Some(want) = self.sh.lock().source_digest(id) else {
+                return Ok(false);
+            };
+            let have = file_digest(file, q.size, self.block_size).map_err(|e| {
+                let p = self
+                    .sink
+                    .final_path(&q.path)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                TransferError::from(StoreError::io("read", &p, &e))
+            })?;
+            return Ok(have == want);
+        }
+        let (secs, nsec) = (meta.mtime(), meta.mtime_nsec() as u32);
+        Ok(secs == q.mtime.0 && (nsec == q.mtime.1 || nsec == 0 || q.mtime.1 == 0))
+    }
+}

@@ -1,0 +1,41 @@
+//! `--delete` (P-32): once every file is in place, what the source does
+//! not have is removed (unless `--dry-run`) and the sender is told. A
+//! partial another transfer holds is never removed (P-41).
+
+use session::ReceiverSession;
+use store::Sink;
+
+use connect::error::TransferError;
+
+use crate::options::ReceiveOptions;
+use crate::shared::Shared;
+
+/// `--delete` once every file is in place: removes (unless `--dry-run`)
+/// what the source does not have, and tells the sender.
+pub(crate) fn delete_extraneous(
+    sh: &Shared<ReceiverSession>,
+    sink: &Sink,
+    opts: &ReceiveOptions,
+    dirs: &[(Vec<u8>, i64, u32)],
+) -> Result<(), TransferError> {
+    let keep = sh.lock().entry_paths().to_vec();
+    let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|(p, ..)| p.clone()).collect();
+    let partials = opts.sync.delete_partials;
+    let mut found = sink.extraneous(&dir_paths, &keep, opts.contents, partials)?;
+    if !opts.sync.dry_run {
+        // What holds a partial another transfer has taken meanwhile stays
+        // (P-41), and is not reported as removed.
+        let places: Vec<Vec<u8>> = found.iter().map(|(p, _)| p.clone()).collect();
+        let gone = sink.remove(&places, partials)?;
+        let mut it = gone.into_iter();
+        found.retain(|_| it.next().unwrap_or(false));
+    }
+    let rels: Vec<Vec<u8>> = found.into_iter().map(|(_, r)| r).collect();
+    sh.progress
+        .deleted
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(rels.iter().map(|r| String::from_utf8_lossy(r).into_owned()));
+    sh.lock().deleted(rels);
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! A TCP data stream of the sending side (P-14): takes prepared blocks
+//! from the queue whichever stream is free, fills in the header, paces
+//! them under `--rate`, seals and writes them.
+
+use std::sync::{mpsc, Mutex};
+use std::time::Instant;
+
+use rate::TokenBucket;
+use session::SenderSession;
+use wire::BlockHeader;
+
+use connect::error::TransferError;
+use connect::framed::{FrameWriter, LEN_PREFIX};
+
+use super::prepare::{Prepared, DATA_AT};
+use crate::shared::Shared;
+
+/// A TCP data stream: seals and writes prepared blocks until none is left.
+pub(crate) fn send_blocks(
+    sh: &Shared<SenderSession>,
+    mut w: FrameWriter,
+    ready: &Mutex<mpsc::Receiver<Prepared>>,
+    bucket: Option<&Mutex<TokenBucket>>,
+) {
+    loop {
+        let next = ready.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok((block, hash, codec, mut buf)) = next else {
+            break;
+        };
+        if sh.stopped() {
+            break;
+        }
+        let header = BlockHeader {
+            file: block.file,
+            index: block.index,
+            offset: block.offset,
+            len: block.len,
+            hash,
+            codec,
+            wire_len: (buf.len() - DATA_AT) as u32,
+        };
+        header.encode_into(&mut buf[LEN_PREFIX..]);
+        if let Some(b) = bucket {
+            let wait = b
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(Instant::now(), buf.len() as u64);
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+        }
+        if let Err(e) = w.send_block_in_place(&mut buf) {
+            sh.fail_transport(TransferError::lost("sending data", &e));
+            break;
+        }
+    }
+    w.shutdown_write();
+}
