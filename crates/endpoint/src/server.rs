@@ -454,7 +454,10 @@ impl Server {
                     // Opened now, beneath the root (P-38): never by name later.
                     self.resolve(&req.basis).and_then(|p| {
                         let f = self.cfg.root.open_file(&p)?;
-                        Ok(Some((p, std::sync::Arc::new(f))))
+                        Ok(Some((
+                            p,
+                            std::sync::Arc::new(f) as std::sync::Arc<dyn store::Held>,
+                        )))
                     })
                 };
                 match dest_res.and_then(|d| basis.map(|b| (d, b))) {
@@ -590,7 +593,7 @@ impl Server {
                 if gated {
                     transfer::gate_receiver(&mut session, &opts);
                 }
-                let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &sink, &opts, &progress)?;
+                let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &*sink, &opts, &progress)?;
                 Ok(format!(
                     "received {} files, {} bytes, over {how} ({})",
                     s.files,

@@ -100,21 +100,6 @@ fn read_no_follow(path: &Path) -> io::Result<Vec<u8>> {
     Ok(b)
 }
 
-/// Reads a file from an offset with `pread`, leaving its shared offset
-/// alone.
-struct ReadAt<'a> {
-    file: &'a File,
-    at: u64,
-}
-
-impl Read for ReadAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.at)?;
-        self.at += n as u64;
-        Ok(n)
-    }
-}
-
 /// Where the caches of a daemon's clients live, under its root.
 const PEERS: &str = "peers";
 
@@ -409,10 +394,10 @@ impl ChunkCache {
 
     /// Stores every chunk of an open file that the cache lacks, read from
     /// its start; returns the bytes added.
-    pub fn insert_open(&self, f: &File) -> io::Result<u64> {
+    pub fn insert_open(&self, f: &dyn crate::storage::Held) -> io::Result<u64> {
         let mut added = 0u64;
         let mut err = None;
-        let from_start = ReadAt { file: f, at: 0 };
+        let from_start = crate::storage::HeldReader::new(f)?;
         chunk::chunks_of(
             io::BufReader::with_capacity(1 << 20, from_start),
             |c, data| {

@@ -11,6 +11,8 @@
 //! - [`journal`]: the record beside a partial of which blocks it holds.
 //! - `out_file`: one file being received: its temporary, its descriptor,
 //!   its journal.
+//! - [`storage`]: the interface the engine uses, [`BlockSource`] and
+//!   [`BlockSink`], which the files here implement.
 //! - [`sink`]: create directories, links and temporary files at the
 //!   destination, write blocks in place, and rename a file into place only
 //!   after it is verified and synced.
@@ -25,6 +27,7 @@ mod out_file;
 pub mod partial;
 pub mod sink;
 pub mod source;
+pub mod storage;
 mod temp;
 pub mod walk;
 
@@ -34,4 +37,5 @@ pub use error::{StoreError, StoreErrorKind};
 pub use journal::Stamp;
 pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
+pub use storage::{BlockSink, BlockSource, Held, HeldReader};
 pub use walk::{names_contents, walk, Inode, Walked};

@@ -111,6 +111,12 @@ impl Sources {
         self.paths.get(id as usize)
     }
 
+    /// Entry `id` opened whole (kept open, as for its blocks): for
+    /// chunking and digests.
+    pub fn open_whole(&self, id: u32) -> Result<Arc<File>, StoreError> {
+        self.file(id)
+    }
+
     fn file(&self, id: u32) -> Result<Arc<File>, StoreError> {
         let mut open = self.open.lock().expect("source table lock");
         if let Some(f) = open.get(&id) {

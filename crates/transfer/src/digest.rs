@@ -1,13 +1,12 @@
 //! The whole-file digest a sender sends under `--checksum` (P-32), which
 //! a receiver computes the same way for the file it has.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use store::Held;
 
 use session::{block_hash, FileDigest};
 
 /// The whole-file digest of `f` as a sender would compute it.
-pub(crate) fn file_digest(f: &File, size: u64, block_size: u32) -> std::io::Result<[u8; 32]> {
+pub(crate) fn file_digest(f: &dyn Held, size: u64, block_size: u32) -> std::io::Result<[u8; 32]> {
     let mut buf = vec![0u8; block_size as usize];
     let mut hashes = Vec::new();
     let mut off = 0u64;

@@ -2,12 +2,11 @@
 //! the request's sync bits, a basis, the chunk cache; and how each side of
 //! a gated session is prepared before it starts.
 
-use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use session::SenderSession;
-use store::{ChunkCache, Sources, StoreError};
+use store::{BlockSource, ChunkCache, Held, StoreError};
 
 use connect::error::TransferError;
 
@@ -22,7 +21,7 @@ pub struct ReceiveOptions {
     /// The basis of the one file sent, instead of its old version: its
     /// path (for messages) and the file, opened when the request was
     /// accepted (a server opens it beneath its root, P-38).
-    pub basis: Option<(PathBuf, Arc<File>)>,
+    pub basis: Option<(PathBuf, Arc<dyn Held>)>,
     /// The receiver's chunk cache (`--cache`): announced to the sender,
     /// and fed every file received.
     pub cache: Option<Arc<ChunkCache>>,
@@ -51,7 +50,7 @@ impl ReceiveOptions {
 pub fn gate_sender(
     session: &mut SenderSession,
     sync: &wire::SyncOptions,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     block_size: u32,
 ) -> Result<(), TransferError> {
     session.gate();
@@ -65,10 +64,10 @@ pub fn gate_sender(
             .into_iter()
             .filter(|(_, size)| *size > 0)
         {
-            let path = sources.path(id).cloned().unwrap_or_default();
-            let digest = File::open(&path)
-                .and_then(|f| file_digest(&f, size, block_size))
-                .map_err(|e| TransferError::from(StoreError::io("read", &path, &e)))?;
+            let held = sources.open(id)?;
+            let digest = file_digest(&*held, size, block_size).map_err(|e| {
+                TransferError::from(StoreError::io("read", Path::new(&sources.name(id)), &e))
+            })?;
             session.add_digest(id, digest);
         }
     }

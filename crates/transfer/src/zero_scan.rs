@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use store::{Sources, Walked};
+use store::{BlockSource, Sources, Walked};
 use wire::EntryKind;
 
 /// Most bytes one scan reads: a head start, not a second pass.
@@ -129,7 +129,7 @@ impl Drop for ZeroScan {
 }
 
 fn scan(
-    sources: &Sources,
+    sources: &dyn BlockSource,
     files: &[(u32, u64)],
     block_size: u32,
     stop: &AtomicBool,

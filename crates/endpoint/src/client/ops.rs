@@ -187,7 +187,7 @@ impl Connected {
                 let f = std::fs::File::open(&p).map_err(|e| {
                     TransferError::from(store::StoreError::io("open the basis", &p, &e))
                 })?;
-                Some((p, std::sync::Arc::new(f)))
+                Some((p, std::sync::Arc::new(f) as std::sync::Arc<dyn store::Held>))
             }
             None => None,
         };

@@ -4,12 +4,10 @@
 //! announces the chunks of its basis (the destination's old version, a
 //! partial, or `--basis`), or the blocks a partial already holds.
 
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Instant;
 
-use store::StoreError;
+use store::{Held, HeldReader, StoreError};
 use wire::ChunkId;
 
 use connect::error::TransferError;
@@ -19,9 +17,13 @@ use super::place::{Question, Receiving};
 use crate::digest::file_digest;
 use crate::shared::POLL;
 
-/// The chunks of the file at `path`, as the wire names them.
-fn chunk_ids(file: &File) -> std::io::Result<Vec<ChunkId>> {
-    let chunks = chunk::chunks_of(std::io::BufReader::with_capacity(1 << 20, file), |_, _| {})?;
+/// The chunks of a basis, as the wire names them.
+fn chunk_ids(held: &dyn Held) -> std::io::Result<Vec<ChunkId>> {
+    let from_start = HeldReader::new(held)?;
+    let chunks = chunk::chunks_of(
+        std::io::BufReader::with_capacity(1 << 20, from_start),
+        |_, _| {},
+    )?;
     Ok(chunks
         .iter()
         .map(|c| (chunk::short(&c.hash), c.len))
@@ -50,10 +52,10 @@ impl Receiving<'_, '_> {
         let existing = self
             .sink
             .open_placed(&q.path)?
-            .and_then(|f| f.metadata().ok().map(|m| (f, m)));
+            .and_then(|f| Some((f.size().ok()?, f.modified().ok()?, f)));
         if self.opts.sync.update && q.size > 0 {
-            if let Some((file, meta)) = &existing {
-                if meta.len() == q.size && self.up_to_date(q.id, file, meta, &q)? {
+            if let Some((size, mtime, held)) = &existing {
+                if *size == q.size && self.up_to_date(q.id, &**held, *mtime, &q)? {
                     let mut st = self.sh.lock();
                     st.skip(q.id)?;
                     Progress::add(&self.sh.progress.skipped_files, 1);
@@ -92,8 +94,8 @@ impl Receiving<'_, '_> {
         let resuming = partial.is_some();
         let basis = match (&self.opts.basis, partial) {
             (Some((p, f)), _) => Some((p.clone(), f.clone())),
-            (None, Some(f)) => Some((store::partial::resumable_path(&shown), Arc::new(f))),
-            (None, None) if self.opts.sync.dedup => existing.map(|(f, _)| (shown, Arc::new(f))),
+            (None, Some(f)) => Some((store::partial::resumable_path(&shown), f)),
+            (None, None) if self.opts.sync.dedup => existing.map(|(.., f)| (shown, f)),
             (None, None) => None,
         };
         let stamp = store::Stamp {
@@ -120,7 +122,7 @@ impl Receiving<'_, '_> {
         let ids = match basis {
             Some((p, f)) => {
                 let t0 = Instant::now();
-                let ids = chunk_ids(&f)
+                let ids = chunk_ids(&*f)
                     .map_err(|e| TransferError::from(StoreError::io("read the basis", &p, &e)))?;
                 tracing::debug!(
                     "basis {} cut into {} chunks in {:?}",
@@ -150,15 +152,15 @@ impl Receiving<'_, '_> {
     fn up_to_date(
         &self,
         id: u32,
-        file: &File,
-        meta: &std::fs::Metadata,
+        held: &dyn Held,
+        (secs, nsec): (i64, u32),
         q: &Question,
     ) -> Result<bool, TransferError> {
         if self.opts.sync.checksum {
             let Some(want) = self.sh.lock().source_digest(id) else {
                 return Ok(false);
             };
-            let have = file_digest(file, q.size, self.block_size).map_err(|e| {
+            let have = file_digest(held, q.size, self.block_size).map_err(|e| {
                 let p = self
                     .sink
                     .final_path(&q.path)
@@ -169,7 +171,6 @@ impl Receiving<'_, '_> {
             })?;
             return Ok(have == want);
         }
-        let (secs, nsec) = (meta.mtime(), meta.mtime_nsec() as u32);
         Ok(secs == q.mtime.0 && (nsec == q.mtime.1 || nsec == 0 || q.mtime.1 == 0))
     }
 }

@@ -3,17 +3,19 @@
 //! from them; a file's basis is closed once the file is placed.
 
 use std::collections::HashMap;
-use std::fs::File;
+
 use std::sync::{Arc, Mutex};
+
+use store::Held;
 
 /// The receiver's open bases, by manifest id.
 #[derive(Default)]
 pub(crate) struct Bases {
-    open: Mutex<HashMap<u32, Arc<File>>>,
+    open: Mutex<HashMap<u32, Arc<dyn Held>>>,
 }
 
 impl Bases {
-    pub(crate) fn get(&self, id: u32) -> Option<Arc<File>> {
+    pub(crate) fn get(&self, id: u32) -> Option<Arc<dyn Held>> {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -21,7 +23,7 @@ impl Bases {
             .cloned()
     }
 
-    pub(crate) fn insert(&self, id: u32, f: Arc<File>) {
+    pub(crate) fn insert(&self, id: u32, f: Arc<dyn Held>) {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())

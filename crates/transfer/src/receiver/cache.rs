@@ -23,7 +23,7 @@ impl Receiving<'_, '_> {
                 .flatten()
                 .unwrap_or_default();
             let r = match self.sink.open_placed(&rel) {
-                Ok(Some(f)) => cache.insert_open(&f).map(|_| ()),
+                Ok(Some(f)) => cache.insert_open(&*f).map(|_| ()),
                 Ok(None) => Err(std::io::Error::other("it is no longer a regular file")),
                 Err(e) => Err(std::io::Error::other(e.to_string())),
             };

@@ -4,8 +4,6 @@
 //! goes to `place`. Bytes that do not decode are refused, and the block
 //! asked for again.
 
-use std::os::unix::fs::FileExt;
-
 use session::{block_hash, BlockVerdict};
 use wire::{BlockHeader, ErrorCode, CODEC_DELTA, CODEC_NONE};
 

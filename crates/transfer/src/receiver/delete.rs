@@ -3,7 +3,7 @@
 //! partial another transfer holds is never removed (P-41).
 
 use session::ReceiverSession;
-use store::Sink;
+use store::BlockSink;
 
 use connect::error::TransferError;
 
@@ -14,7 +14,7 @@ use crate::shared::Shared;
 /// what the source does not have, and tells the sender.
 pub(crate) fn delete_extraneous(
     sh: &Shared<ReceiverSession>,
-    sink: &Sink,
+    sink: &dyn BlockSink,
     opts: &ReceiveOptions,
     dirs: &[(Vec<u8>, i64, u32)],
 ) -> Result<(), TransferError> {

@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use session::ReceiverSession;
-use store::Sink;
+use store::BlockSink;
 use wire::{Msg, Summary};
 
 use connect::control_gap::ControlGap;
@@ -46,7 +46,7 @@ pub fn run_receiver(
     ctrl_w: FrameWriter,
     path: RecvPath,
     session: ReceiverSession,
-    sink: &Sink,
+    sink: &dyn BlockSink,
     opts: &ReceiveOptions,
     progress: &Progress,
 ) -> Result<Summary, TransferError> {

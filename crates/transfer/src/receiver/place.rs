@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use session::{block_hash, Action, BlockVerdict, ReceiverSession};
-use store::Sink;
+use store::BlockSink;
 use wire::{BlockHeader, ErrorCode};
 
 use connect::error::TransferError;
@@ -33,7 +33,7 @@ pub(crate) struct Question {
 pub(crate) struct Receiving<'a, 'p> {
     pub(crate) block_size: u32,
     pub(crate) sh: &'a Shared<'p, ReceiverSession>,
-    pub(crate) sink: &'a Sink,
+    pub(crate) sink: &'a dyn BlockSink,
     pub(crate) fin_tx: mpsc::Sender<(u32, u32, i64, u32)>,
     pub(crate) opts: &'a ReceiveOptions,
     pub(crate) bases: Bases,

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use session::{block_hash, BlockRef, SenderSession};
-use store::Sources;
+use store::BlockSource;
 use wire::bundle::{self, Member, MAX_MEMBERS};
 
 use super::read::{read_block, Read};
@@ -18,7 +18,7 @@ use crate::shared::Shared;
 /// the bundle's hash comes back; otherwise nothing changes.
 pub(crate) fn gather(
     sh: &Shared<SenderSession>,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     buf: &mut Vec<u8>,
     at: usize,
     leader: &BlockRef,

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use rate::TokenBucket;
 use session::SenderSession;
-use store::Sources;
+use store::BlockSource;
 use wire::{ErrorCode, Msg, Summary};
 
 use connect::control_gap::ControlGap;
@@ -68,7 +68,7 @@ pub fn run_sender(
     ctrl_w: FrameWriter,
     path: SendPath,
     session: SenderSession,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     how: Sending,
     progress: &Progress,
 ) -> Result<SenderReport, TransferError> {
@@ -100,7 +100,7 @@ fn run_sender_with(
     data: Vec<FrameWriter>,
     udp: Option<UdpLink>,
     session: SenderSession,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     how: Sending,
     progress: &Progress,
 ) -> Result<SenderReport, TransferError> {
@@ -209,15 +209,12 @@ fn run_sender_with(
 /// (its file changed since the scan): nothing can carry it.
 fn refuse_data(
     sh: &Shared<SenderSession>,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     ready: &Mutex<mpsc::Receiver<Prepared>>,
 ) {
     let got = ready.lock().unwrap_or_else(|p| p.into_inner()).recv();
     if let Ok((block, ..)) = got {
-        let name = sources.path(block.file).map_or_else(
-            || format!("file {}", block.file),
-            |p| p.display().to_string(),
-        );
+        let name = sources.name(block.file);
         sh.fail(
             TransferError::new(
                 ErrorCode::Other,

@@ -3,16 +3,16 @@
 //! matches them against what the receiver holds and then lets the file
 //! go.
 
-use std::fs::File;
+use std::path::Path;
 
 use session::SenderSession;
-use store::{Sources, StoreError};
+use store::{BlockSource, HeldReader, StoreError};
 
 use crate::shared::{Shared, POLL};
 
 /// Cuts each file the receiver answered with a basis into chunks, in
 /// order, and hands them to the session, which then lets the file go.
-pub(crate) fn planner(sh: &Shared<SenderSession>, sources: &Sources) {
+pub(crate) fn planner(sh: &Shared<SenderSession>, sources: &dyn BlockSource) {
     while !sh.is_done() && !sh.stopped() {
         let file = {
             let mut st = sh.lock();
@@ -24,14 +24,17 @@ pub(crate) fn planner(sh: &Shared<SenderSession>, sources: &Sources) {
                 }
             }
         };
-        let path = sources.path(file).cloned().unwrap_or_default();
-        let chunks = File::open(&path).and_then(|f| {
-            chunk::chunks_of(std::io::BufReader::with_capacity(1 << 20, f), |_, _| {})
+        let chunks = sources.open(file).and_then(|held| {
+            HeldReader::new(&*held)
+                .and_then(|r| {
+                    chunk::chunks_of(std::io::BufReader::with_capacity(1 << 20, r), |_, _| {})
+                })
+                .map_err(|e| StoreError::io("read", Path::new(&sources.name(file)), &e))
         });
         let chunks = match chunks {
             Ok(c) => c,
             Err(e) => {
-                sh.fail(StoreError::io("read", &path, &e).into(), true);
+                sh.fail(e.into(), true);
                 return;
             }
         };

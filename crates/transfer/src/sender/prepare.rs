@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use session::{Next, SenderSession};
-use store::Sources;
+use store::BlockSource;
 use wire::BLOCK_HEADER_LEN;
 
 use connect::framed::LEN_PREFIX;
@@ -24,7 +24,7 @@ use crate::shared::{Shared, POLL};
 /// transfer stopped (any error is recorded).
 pub(crate) fn read_next_block(
     sh: &Shared<SenderSession>,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     compression: &Compression,
     buf: &mut Vec<u8>,
     at: usize,
@@ -83,7 +83,7 @@ pub(crate) const DATA_AT: usize = LEN_PREFIX + BLOCK_HEADER_LEN;
 /// and encodes them, and queues them for whichever stream is free.
 pub(crate) fn prepare_blocks(
     sh: &Shared<SenderSession>,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     compression: &Compression,
     ready: mpsc::SyncSender<Prepared>,
 ) {

@@ -4,7 +4,7 @@
 //! already, whether it is zeros to announce, or what of it to send.
 
 use session::{block_hash, SenderSession};
-use store::Sources;
+use store::BlockSource;
 
 use connect::progress::Progress;
 
@@ -23,7 +23,7 @@ pub(crate) enum Read {
 /// session. `None`: the transfer failed (the error is recorded).
 pub(crate) fn read_block(
     sh: &Shared<SenderSession>,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     block: &session::BlockRef,
     buf: &mut Vec<u8>,
     at: usize,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rate::Adaptive;
 use session::datagram::DatagramSender;
 use session::SenderSession;
-use store::Sources;
+use store::BlockSource;
 use udp::RecvBatch;
 use wire::datagram::{FirstChunk, Signal};
 use wire::ErrorCode;
@@ -39,7 +39,7 @@ type ReadBlock = (session::BlockRef, [u8; 32], u8, Vec<u8>);
 pub(crate) fn run(
     sh: &Shared<SenderSession>,
     link: UdpLink,
-    sources: &Sources,
+    sources: &dyn BlockSource,
     compression: &Compression,
     (cap, start): (Option<u64>, Option<u64>),
     acks: Receiver<Vec<(u32, u32)>>,
