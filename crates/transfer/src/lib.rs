@@ -20,7 +20,7 @@
 //! session behind its lock). [`sender`] and [`receiver`] run the threads
 //! of each side: streams, the control reader and writer, the planner, the
 //! answerer, the finalizer and the chunk cache's feeder. Storage is
-//! `store`'s (`Sources`, `Sink`).
+//! reached only through `store::BlockSource` and `store::BlockSink`.
 //!
 //! It must not open connections, listen, or decide who talks to whom: it
 //! is handed connected, keyed streams by `connect` and `endpoint`, sources

@@ -1,7 +1,8 @@
 //! The UDP data channel below the transfer (P-23 to P-26): its set-up
 //! (hello and path-MTU probes), the echo that measures the path, and the
 //! sealing and opening of datagrams. The paced sender and the receiver
-//! that feed `session::datagram` are the engine's (`transfer::datagram`).
+//! that feed `session::datagram` are the engine's (`transfer::sender::udp`,
+//! `transfer::receiver::udp`).
 
 pub mod echo;
 pub mod setup;
