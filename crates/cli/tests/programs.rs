@@ -130,7 +130,7 @@ fn the_scan_catches_a_program_off_the_list() {
     let text = r#"
         let mut c = program("nc");
         emu.command_b("socat");
-        Command::new("python3").arg("x");
+        Command::new( "python3" ).arg("x");
         ip(&["netns", "exec", name, "tcpdump"]);
         Command::new(HAUL);
     "#;

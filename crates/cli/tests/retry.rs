@@ -219,27 +219,22 @@ fn sync_delete_keeps_partials_and_delete_partials_takes_only_free_ones() {
             .arg(env.remote(&server, "dir/"));
         let out = output_within(c, CP_LIMIT);
         ok(&out);
-        json(&out)
+        let j = json(&out);
+        let deleted: Vec<String> = j["deleted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_string())
+            .collect();
+        (j, deleted)
     };
-    let j = sync(&[]);
-    let deleted: Vec<&str> = j["deleted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_str().unwrap())
-        .collect();
+    let (j, deleted) = sync(&[]);
     assert_eq!(deleted, ["stray"], "{j}");
     assert!(env.root.join("dir/.pushed.haul.part").exists());
     assert!(env.root.join("dir/sub/.old.haul.part").exists());
     // Asked to: the leftover goes, with the directory that held only it;
     // the live push's partial stays.
-    let j = sync(&["--delete-partials"]);
-    let deleted: Vec<&str> = j["deleted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_str().unwrap())
-        .collect();
+    let (j, deleted) = sync(&["--delete-partials"]);
     assert_eq!(deleted, ["sub"], "{j}");
     assert!(env.root.join("dir/.pushed.haul.part").exists());
     let live = live.wait_with_output().unwrap();

@@ -234,18 +234,6 @@ fn framed(
     (side(a, k1, k2), side(b, k2, k1))
 }
 
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn file(id: u32, path: &str, size: usize) -> Entry {
     Entry {
         id,
@@ -265,7 +253,10 @@ fn send_tree(compress: codec::Mode, streams: usize) {
     // zeros (announced, not sent); text that compresses; small files
     // (bundled when compressing); an empty one.
     let mut contents: Vec<(String, Vec<u8>)> = vec![
-        ("t/big".into(), noise(5 * BLOCK as usize + 12_345, 1)),
+        (
+            "t/big".into(),
+            codec::samples::noise(5 * BLOCK as usize + 12_345, 1),
+        ),
         ("t/zeros".into(), vec![0u8; 3 * BLOCK as usize]),
         (
             "t/text".into(),
@@ -274,7 +265,10 @@ fn send_tree(compress: codec::Mode, streams: usize) {
         ("t/empty".into(), Vec::new()),
     ];
     for i in 0..20 {
-        contents.push((format!("t/s{i:02}"), noise(100 + 700 * i, 10 + i as u64)));
+        contents.push((
+            format!("t/s{i:02}"),
+            codec::samples::noise(100 + 700 * i, 10 + i as u64),
+        ));
     }
     let mut entries = vec![Entry {
         id: 0,
