@@ -9,10 +9,19 @@ now() { date +%s.%N; }
 # calc EXPR: floating-point arithmetic via awk (only ever fed our own numbers)
 calc() { awk "BEGIN { printf \"%.6f\", $* }"; }
 fmt1() { awk -v x="$1" 'BEGIN { printf "%.1f", x }'; }
+fmt2() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
 
 median() {
   printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
     END { if (NR % 2) printf "%.6f", a[(NR + 1) / 2]; else printf "%.6f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# median_of_set VALUES...: the median of the non-empty values, or nothing
+median_of_set() {
+  local v set=()
+  for v in "$@"; do [[ -n $v ]] && set+=("$v"); done
+  ((${#set[@]})) && median "${set[@]}"
+  return 0
 }
 
 # to_bytes SIZE: "2G", "512M", "2GiB", "1024" -> bytes (binary multiples)
@@ -107,4 +116,32 @@ delete_our_namespaces() {
     fi
   done
   NS_NAMES=()
+}
+
+# ---- CPU accounting through a cgroup of our own (v1 cpuacct, or v2) ---------
+# cg_base: prints "MODE BASE" of a writable cgroup hierarchy, or nothing.
+cg_base() {
+  if [[ -f /sys/fs/cgroup/cpuacct/cpuacct.usage && -w /sys/fs/cgroup/cpuacct ]]; then
+    echo "v1 /sys/fs/cgroup/cpuacct"
+  elif [[ -f /sys/fs/cgroup/cgroup.controllers && -w /sys/fs/cgroup ]]; then
+    echo "v2 /sys/fs/cgroup"
+  elif [[ -f /sys/fs/cgroup/unified/cgroup.procs && -w /sys/fs/cgroup/unified ]]; then
+    echo "v2 /sys/fs/cgroup/unified"
+  fi
+}
+
+# cg_read MODE DIR: cumulative CPU seconds (user+sys) of the cgroup at DIR
+cg_read() {
+  if [[ $1 == v1 ]]; then
+    awk '{ printf "%.6f", $1 / 1e9 }' "$2/cpuacct.usage"
+  else
+    awk '$1 == "usage_usec" { printf "%.6f", $2 / 1e6 }' "$2/cpu.stat"
+  fi
+}
+
+# cpu_per_gb CPU0 CPU1 BYTES: CPU seconds per 10^9 bytes between two readings
+# (empty where CPU is not accounted)
+cpu_per_gb() {
+  [[ -n $1 && -n $2 && $3 -gt 0 ]] || return 0
+  calc "($2 - $1) / ($3 / 1e9)"
 }

@@ -33,8 +33,9 @@ BG_PID=""        # set by start_bg
 HAUL_OK=0
 NC=nc
 JSON_TOOL=""
+CG_MODE="" CG_BASE="" CG_HOME="" CG_ROOT=""   # CPU accounting (cg_setup)
 # result rows (parallel arrays)
-R_GROUP=() R_TOOL=() R_MODE=() R_STREAMS=() R_GOODPUT=() R_WALL=() R_REPORTED=() R_SAMPLES=()
+R_GROUP=() R_TOOL=() R_MODE=() R_STREAMS=() R_GOODPUT=() R_WALL=() R_REPORTED=() R_CPU=() R_SAMPLES=()
 
 usage() {
   cat <<EOF
@@ -57,6 +58,8 @@ Environment:
   IPERF_TIME=S     iperf3 -t duration (default 10)
 
 Output: table on stdout, progress on stderr, CSV in $SCRIPT_DIR/out/.
+CPU s/GB: user+sys of both ends (every process this script starts, read from
+a cgroup of its own) per 10^9 bytes moved, during the transfer only.
 EOF
 }
 
@@ -143,13 +146,53 @@ verify_copy() { # verify_copy OUT WHAT
   cmp -s -- "$DATA" "$1" || die "$2: output $1 differs from source (size $(stat -c %s "$1"), expected $SIZE_BYTES)"
 }
 
-add_row() { # group tool mode streams goodput wall reported samples...
+add_row() { # group tool mode streams goodput wall reported cpu samples...
   R_GROUP+=("$1") R_TOOL+=("$2") R_MODE+=("$3") R_STREAMS+=("$4")
-  R_GOODPUT+=("$5") R_WALL+=("$6") R_REPORTED+=("$7")
-  shift 7
+  R_GOODPUT+=("$5") R_WALL+=("$6") R_REPORTED+=("$7") R_CPU+=("$8")
+  shift 8
   local IFS=';'
   R_SAMPLES+=("$*")
   log "  -> ${R_TOOL[-1]} ${R_MODE[-1]}: median $(fmt1 "${R_GOODPUT[-1]}") Mbit/s"
+}
+
+# ---- CPU accounting ---------------------------------------------------------
+# This script moves itself into a cgroup of its own, so every process it
+# starts (servers, clients, sshd and their children) is counted there; CPU
+# is read just before and just after each transfer, so the data generation,
+# cache warming and cmp between them are not.
+cg_setup() {
+  read -r CG_MODE CG_BASE <<<"$(cg_base)"
+  if [[ -z $CG_MODE ]]; then
+    log "WARNING: no writable cgroup (cpuacct v1 or v2); CPU columns will be empty"
+    return 0
+  fi
+  # Where this script was, to go back before the cgroup is removed.
+  if [[ $CG_MODE == v1 ]]; then
+    CG_HOME=$(awk -F: '$2 ~ /(^|,)cpuacct(,|$)/ { print $3; exit }' /proc/self/cgroup)
+  else
+    CG_HOME=$(awk -F: '$1 == "0" { print $3; exit }' /proc/self/cgroup)
+  fi
+  CG_ROOT=$CG_BASE/haul-loopback-$$
+  if ! mkdir "$CG_ROOT" 2>/dev/null || ! echo $$ >"$CG_ROOT/cgroup.procs" 2>/dev/null; then
+    log "WARNING: cannot use a cgroup under $CG_BASE; CPU columns will be empty"
+    rmdir "$CG_ROOT" 2>/dev/null || true
+    CG_MODE="" CG_ROOT=""
+    return 0
+  fi
+  log "CPU accounting: cgroup $CG_MODE at $CG_ROOT"
+}
+
+cg_usage() { [[ -z $CG_MODE ]] || cg_read "$CG_MODE" "$CG_ROOT"; }
+
+cg_cleanup() {
+  [[ -n $CG_ROOT && -d $CG_ROOT ]] || return 0
+  local i
+  echo $$ >"$CG_BASE${CG_HOME%/}/cgroup.procs" 2>/dev/null || echo $$ >"$CG_BASE/cgroup.procs" 2>/dev/null
+  for ((i = 0; i < 30; i++)); do
+    rmdir "$CG_ROOT" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  log "WARNING: could not remove $CG_ROOT (processes left in it?)"
 }
 
 # ---- setup ------------------------------------------------------------------
@@ -211,6 +254,7 @@ cleanup() {
   set +e
   trap - EXIT INT TERM
   for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  cg_cleanup
   [[ -n $SHM_DIR && -d $SHM_DIR ]] && rm -rf -- "$SHM_DIR"
   [[ -n $TMP_DIR && -d $TMP_DIR ]] && rm -rf -- "$TMP_DIR"
   exit "$rc"
@@ -281,17 +325,17 @@ haul_cp() {
 # haul_run GROUP MODE SRC DST VERIFY_FILE: REPS runs; goodput from JSON (mem)
 # or bytes/wall time (file).
 haul_run() {
-  local group=$1 mode=$2 src=$3 dst=$4 verify=$5 flags=() rep t0 t1 json
-  local goodput=() wall=() reported=() bps bytes streams
+  local group=$1 mode=$2 src=$3 dst=$4 verify=$5 flags=() rep t0 t1 c0 c1 json
+  local goodput=() wall=() reported=() cpu=() bps bytes streams
   [[ $mode == no-encrypt ]] && flags+=(--no-encrypt)
   log "haul $group $mode, $STREAMS streams, $REPS rep(s)"
   for ((rep = 1; rep <= REPS; rep++)); do
     warm_cache
     [[ -n $verify ]] && rm -f -- "$verify"
     json=$TMP_DIR/haul-$group-$mode-$rep.json
-    t0=$(now)
+    c0=$(cg_usage) t0=$(now)
     haul_cp "$json" --streams "$STREAMS" "${flags[@]}" "$src" "$dst"
-    t1=$(now)
+    t1=$(now) c1=$(cg_usage)
     bps=$(json_get "$json" .goodput_bps)
     bytes=$(json_get "$json" .file_bytes)
     streams=$(json_get "$json" .streams)
@@ -302,16 +346,17 @@ haul_run() {
     [[ -n $verify ]] && { rm -f -- "$verify"; sync; }
     wall+=("$(calc "$SIZE_BYTES * 8 / ($t1 - $t0) / 1e6")")
     reported+=("$(calc "$bps / 1e6")")
-    log "  rep $rep: reported $(fmt1 "${reported[-1]}") Mbit/s, wall $(fmt1 "${wall[-1]}") Mbit/s"
+    cpu+=("$(cpu_per_gb "$c0" "$c1" "$SIZE_BYTES")")
+    log "  rep $rep: reported $(fmt1 "${reported[-1]}") Mbit/s, wall $(fmt1 "${wall[-1]}") Mbit/s${cpu[-1]:+, $(fmt2 "${cpu[-1]}") CPU s/GB}"
   done
   if [[ $group == mem ]]; then goodput=("${reported[@]}"); else goodput=("${wall[@]}"); fi
   add_row "$group" haul "$mode" "$STREAMS" "$(median "${goodput[@]}")" \
-    "$(median "${wall[@]}")" "$(median "${reported[@]}")" "${goodput[@]}"
+    "$(median "${wall[@]}")" "$(median "${reported[@]}")" "$(median_of_set "${cpu[@]}")" "${goodput[@]}"
 }
 
 # ---- reference tools --------------------------------------------------------
 iperf3_run() {
-  local rep port pid json err bps samples=()
+  local rep port pid json err bps bytes c0 c1 samples=() cpu=()
   log "iperf3 -P $STREAMS -t $IPERF_TIME, $REPS rep(s)"
   for ((rep = 1; rep <= REPS; rep++)); do
     port=$(free_port)
@@ -320,19 +365,23 @@ iperf3_run() {
     start_bg "$err" "$err" iperf3 -s -1 -B 127.0.0.1 -p "$port"
     pid=$BG_PID
     wait_listen "$port" "$pid" "iperf3 server" "$err"
+    c0=$(cg_usage)
     bounded $((IPERF_TIME + 30)) iperf3 -c 127.0.0.1 -p "$port" -P "$STREAMS" -t "$IPERF_TIME" -J \
       </dev/null >"$json" || { cat "$json" >&2; die "iperf3 client failed"; }
     wait_exit "$pid" 10 || true
-    bps=$(json_get "$json" .end.sum_received.bits_per_second)
+    c1=$(cg_usage)
+    { read -r bps; read -r bytes; } < <(json_get "$json" .end.sum_received.bits_per_second .end.sum_received.bytes)
     [[ -n $bps ]] || { cat "$json" >&2; die "no sum_received in iperf3 output"; }
     samples+=("$(calc "$bps / 1e6")")
-    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s"
+    cpu+=("$(cpu_per_gb "$c0" "$c1" "${bytes%.*}")")
+    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s${cpu[-1]:+, $(fmt2 "${cpu[-1]}") CPU s/GB}"
   done
-  add_row mem iperf3 tcp "$STREAMS" "$(median "${samples[@]}")" "" "$(median "${samples[@]}")" "${samples[@]}"
+  add_row mem iperf3 tcp "$STREAMS" "$(median "${samples[@]}")" "" "$(median "${samples[@]}")" \
+    "$(median_of_set "${cpu[@]}")" "${samples[@]}"
 }
 
 nc_run() {
-  local rep port pid out=$TMP_DIR/nc/out.bin err=$TMP_DIR/nc/listen.log t0 t1 rc samples=()
+  local rep port pid out=$TMP_DIR/nc/out.bin err=$TMP_DIR/nc/listen.log t0 t1 c0 c1 rc samples=() cpu=()
   mkdir -p "$TMP_DIR/nc"
   log "nc file->file, $REPS rep(s)"
   for ((rep = 1; rep <= REPS; rep++)); do
@@ -342,18 +391,20 @@ nc_run() {
     start_bg "$out" "$err" "$NC" -l 127.0.0.1 "$port"
     pid=$BG_PID
     wait_listen "$port" "$pid" "nc listener" "$err"
-    t0=$(now)
+    c0=$(cg_usage) t0=$(now)
     bounded "$XFER_TIMEOUT" "$NC" -N 127.0.0.1 "$port" <"$DATA" >/dev/null || die "nc sender failed"
     rc=0
     wait_exit "$pid" 30 || rc=$?
-    t1=$(now)
+    t1=$(now) c1=$(cg_usage)
     ((rc == 0)) || { cat "$err" >&2; die "nc listener exited with $rc"; }
     verify_copy "$out" nc
     rm -f -- "$out"; sync
     samples+=("$(calc "$SIZE_BYTES * 8 / ($t1 - $t0) / 1e6")")
-    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s"
+    cpu+=("$(cpu_per_gb "$c0" "$c1" "$SIZE_BYTES")")
+    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s${cpu[-1]:+, $(fmt2 "${cpu[-1]}") CPU s/GB}"
   done
-  add_row file nc tcp 1 "$(median "${samples[@]}")" "$(median "${samples[@]}")" "" "${samples[@]}"
+  add_row file nc tcp 1 "$(median "${samples[@]}")" "$(median "${samples[@]}")" "" \
+    "$(median_of_set "${cpu[@]}")" "${samples[@]}"
 }
 
 SSHD_PORT=""
@@ -401,24 +452,26 @@ EOF
 stop_sshd() { [[ -n $SSHD_PID ]] && stop_pid "$SSHD_PID"; SSHD_PID=""; }
 
 scp_run() {
-  local rep out=$TMP_DIR/scp/out.bin t0 t1 samples=()
+  local rep out=$TMP_DIR/scp/out.bin t0 t1 c0 c1 samples=() cpu=()
   mkdir -p "$TMP_DIR/scp"
   start_sshd
   log "scp file->file (default cipher), $REPS rep(s)"
   for ((rep = 1; rep <= REPS; rep++)); do
     warm_cache
     rm -f -- "$out"
-    t0=$(now)
+    c0=$(cg_usage) t0=$(now)
     bounded "$XFER_TIMEOUT" scp -q -B "${SSH_OPTS[@]}" -P "$SSHD_PORT" "$DATA" \
       "$(id -un)@127.0.0.1:$out" </dev/null || die "scp failed"
-    t1=$(now)
+    t1=$(now) c1=$(cg_usage)
     verify_copy "$out" scp
     rm -f -- "$out"; sync
     samples+=("$(calc "$SIZE_BYTES * 8 / ($t1 - $t0) / 1e6")")
-    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s"
+    cpu+=("$(cpu_per_gb "$c0" "$c1" "$SIZE_BYTES")")
+    log "  rep $rep: $(fmt1 "${samples[-1]}") Mbit/s${cpu[-1]:+, $(fmt2 "${cpu[-1]}") CPU s/GB}"
   done
   stop_sshd
-  add_row file scp ssh 1 "$(median "${samples[@]}")" "$(median "${samples[@]}")" "" "${samples[@]}"
+  add_row file scp ssh 1 "$(median "${samples[@]}")" "$(median "${samples[@]}")" "" \
+    "$(median_of_set "${cpu[@]}")" "${samples[@]}"
 }
 
 # ---- phases -----------------------------------------------------------------
@@ -482,15 +535,15 @@ report() {
     echo "# cpu: $cpu"
     echo "# size_bytes: $SIZE_BYTES reps: $REPS streams: $STREAMS iperf3_t: $IPERF_TIME"
     echo "# haul: $HAUL (${haulver:-unknown})"
-    echo "group,tool,mode,streams,goodput_mbit_s,ratio,ratio_vs,goal,status,wall_mbit_s,reported_mbit_s,samples_mbit_s"
+    echo "group,tool,mode,streams,goodput_mbit_s,ratio,ratio_vs,goal,status,wall_mbit_s,reported_mbit_s,cpu_s_per_gb,samples_mbit_s"
   } >"$csv"
 
   printf '\nhaul loopback benchmark  %s\n' "$stamp"
   printf 'kernel %s | nproc %s | cpu %s\n' "$kernel" "$ncpu" "$cpu"
   printf 'size %s bytes | reps %s (median) | streams %s | haul %s\n\n' \
     "$SIZE_BYTES" "$REPS" "$STREAMS" "${haulver:-unknown}"
-  printf '%-7s %-16s %7s %14s %7s  %-8s %s\n' tool mode streams "goodput Mbit/s" ratio vs goal
-  printf '%-7s %-16s %7s %14s %7s  %-8s %s\n' ------- ---------------- ------- -------------- ------- -------- ----
+  printf '%-7s %-16s %7s %14s %8s %7s  %-8s %s\n' tool mode streams "goodput Mbit/s" "CPU s/GB" ratio vs goal
+  printf '%-7s %-16s %7s %14s %8s %7s  %-8s %s\n' ------- ---------------- ------- -------------- -------- ------- -------- ----
   for i in "${!R_TOOL[@]}"; do
     IFS='|' read -r ratio vs <<<"$(ratio_of "$i")"
     goal=$(goal_of "${R_GROUP[i]}" "${R_TOOL[i]}" "${R_MODE[i]}")
@@ -498,16 +551,21 @@ report() {
     if [[ -n $goal && -n $ratio ]]; then
       status=$(awk -v r="$ratio" -v g="$goal" 'BEGIN { print (r >= g) ? "PASS" : "FAIL" }')
     fi
-    printf '%-7s %-16s %7s %14s %7s  %-8s %s\n' "${R_TOOL[i]}" "${R_GROUP[i]}/${R_MODE[i]}" \
-      "${R_STREAMS[i]}" "$(fmt1 "${R_GOODPUT[i]}")" "${ratio:+$(printf '%.3f' "$ratio")}" \
-      "${ratio:+$vs}" "${goal:+>=$goal $status}"
-    printf '%s,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s\n' "${R_GROUP[i]}" "${R_TOOL[i]}" "${R_MODE[i]}" \
+    printf '%-7s %-16s %7s %14s %8s %7s  %-8s %s\n' "${R_TOOL[i]}" "${R_GROUP[i]}/${R_MODE[i]}" \
+      "${R_STREAMS[i]}" "$(fmt1 "${R_GOODPUT[i]}")" "${R_CPU[i]:+$(fmt2 "${R_CPU[i]}")}" \
+      "${ratio:+$(printf '%.3f' "$ratio")}" "${ratio:+$vs}" "${goal:+>=$goal $status}"
+    printf '%s,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s,%s\n' "${R_GROUP[i]}" "${R_TOOL[i]}" "${R_MODE[i]}" \
       "${R_STREAMS[i]}" "${R_GOODPUT[i]}" "${ratio:+$(printf '%.3f' "$ratio")}" "$vs" "$goal" "$status" \
       "${R_WALL[i]:+$(fmt1 "${R_WALL[i]}")}" "${R_REPORTED[i]:+$(fmt1 "${R_REPORTED[i]}")}" \
-      "${R_SAMPLES[i]}" >>"$csv"
+      "${R_CPU[i]:+$(fmt2 "${R_CPU[i]}")}" "${R_SAMPLES[i]}" >>"$csv"
   done
   ((HAUL_OK)) || printf '\n(haul rows skipped: %s not found)\n' "$HAUL"
   printf '\nmem ratios: haul goodput_bps / iperf3 sum_received; file ratios: wall goodput / nc.\n'
+  if [[ -n $CG_MODE ]]; then
+    printf 'CPU s/GB: user+sys of both ends per 10^9 bytes moved, median of the reps (cgroup %s).\n' "$CG_MODE"
+  else
+    printf 'CPU s/GB: not accounted (no writable cgroup).\n'
+  fi
   printf 'CSV: %s\n' "$csv"
 }
 
@@ -517,6 +575,7 @@ main() {
   parse_args "$@"
   ensure_packages
   make_dirs_and_data
+  cg_setup
   setup_haul
   [[ $ONLY == file ]] || bench_mem
   [[ $ONLY == mem ]] || bench_file

@@ -116,15 +116,9 @@ EMU_FAILED=0 NS_CC="?" VARIANT="" STAMP=""
 # its descendants follow, so user+sys of both ends is read from the groups.
 cg_setup() {
   local base
-  if [[ -f /sys/fs/cgroup/cpuacct/cpuacct.usage && -w /sys/fs/cgroup/cpuacct ]]; then
-    CG_MODE=v1 base=/sys/fs/cgroup/cpuacct
-  elif [[ -f /sys/fs/cgroup/cgroup.controllers && -w /sys/fs/cgroup ]]; then
-    CG_MODE=v2 base=/sys/fs/cgroup
-  elif [[ -f /sys/fs/cgroup/unified/cgroup.procs && -w /sys/fs/cgroup/unified ]]; then
-    CG_MODE=v2 base=/sys/fs/cgroup/unified
-  else
+  read -r CG_MODE base <<<"$(cg_base)"
+  if [[ -z $CG_MODE ]]; then
     log "WARNING: no writable cgroup (cpuacct v1 or v2); CPU columns will be empty"
-    CG_MODE=""
     return 0
   fi
   CG_ROOT=$base/haul-wan-$$
@@ -150,11 +144,7 @@ cg_exec() {
 # cg_usage GROUP: cumulative CPU seconds (user+sys) of the group
 cg_usage() {
   [[ -n $CG_MODE ]] || { echo ""; return 0; }
-  if [[ $CG_MODE == v1 ]]; then
-    awk '{ printf "%.6f", $1 / 1e9 }' "$CG_ROOT/$1/cpuacct.usage"
-  else
-    awk '$1 == "usage_usec" { printf "%.6f", $2 / 1e6 }' "$CG_ROOT/$1/cpu.stat"
-  fi
+  cg_read "$CG_MODE" "$CG_ROOT/$1"
 }
 
 cg_cleanup() {
