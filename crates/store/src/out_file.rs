@@ -61,6 +61,12 @@ pub struct OutFile {
     /// A journal may lie beside the partial (this transfer opened one, or
     /// an earlier transfer's partial was found), to remove when placed.
     pub(crate) journaled: AtomicBool,
+    /// One block write into the file at a time. The file system takes the
+    /// inode's lock for every buffered write anyway (ext4, tmpfs), and the
+    /// stream threads that found it taken spun in the kernel for it: a
+    /// fifth of a receiver's CPU on loopback (docs/BENCHMARKS.md). Waiting
+    /// here sleeps instead, and leaves the core to the other stages.
+    pub(crate) writing: Mutex<()>,
 }
 
 /// What a receiver notes about its files for the user (P-41): the kind,

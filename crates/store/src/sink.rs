@@ -522,6 +522,7 @@ impl Sink {
             journal: Mutex::new(false),
             listed: Mutex::new(Vec::new()),
             journaled: AtomicBool::new(false),
+            writing: Mutex::new(()),
         };
         if self.open.load(Ordering::SeqCst) < MAX_OPEN {
             out.handle()?;
@@ -550,9 +551,12 @@ impl Sink {
             Destination::Stdout => self.write_ordered(offset, data),
             Destination::Path { .. } => {
                 let f = self.file(id, "block")?;
-                f.handle()?
+                let handle = f.handle()?;
+                let one = f.writing.lock().unwrap_or_else(|p| p.into_inner());
+                handle
                     .write_all_at(data, offset)
                     .map_err(|e| StoreError::io("write", &f.final_path, &e))?;
+                drop(one);
                 f.holds_data.store(true, Ordering::Release);
                 Ok(())
             }
