@@ -31,7 +31,7 @@ use connect::progress::Progress;
 
 use crate::compress::Compression;
 use crate::shared::{clones, Shared, POLL};
-use prepare::{prepare_blocks, Prepared};
+use prepare::{prepare_blocks, Buffers, Prepared};
 
 /// How blocks travel: the TCP data connections, or the UDP channel.
 pub enum SendPath {
@@ -119,6 +119,9 @@ fn run_sender_with(
     let acks_tx = udp.is_some().then_some(acks_tx);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Prepared>(2 * workers);
+    // One kept buffer a worker: what a worker reads into next.
+    let buffers = Buffers::new(workers);
+    let buffers = &buffers;
     let (mut ready_tx, ready_rx) = (Some(ready_tx), Mutex::new(ready_rx));
     let answer = how.answer;
     std::thread::scope(|scope| {
@@ -131,7 +134,7 @@ fn run_sender_with(
         {
             for _ in 0..workers {
                 let (sh, tx) = (&sh, tx.clone());
-                scope.spawn(move || prepare_blocks(sh, sources, compression, tx));
+                scope.spawn(move || prepare_blocks(sh, sources, compression, buffers, tx));
             }
             drop(tx);
             let ready = &ready_rx;
@@ -141,7 +144,7 @@ fn run_sender_with(
             }
             for w in data {
                 let (sh, bucket) = (&sh, bucket.as_ref());
-                scope.spawn(move || tcp::send_blocks(sh, w, ready, bucket));
+                scope.spawn(move || tcp::send_blocks(sh, w, ready, bucket, buffers));
             }
         }
         if let Some(link) = udp {

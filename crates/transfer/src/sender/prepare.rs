@@ -5,7 +5,7 @@
 //! compress it in place (`crate::compress`). What comes out is queued for
 //! the TCP streams (`tcp`) or handed to the UDP channel (`udp`).
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use session::{Next, SenderSession};
@@ -79,16 +79,54 @@ pub(crate) type Prepared = (session::BlockRef, [u8; 32], u8, Vec<u8>);
 /// Where the data of a prepared block starts in its buffer.
 pub(crate) const DATA_AT: usize = LEN_PREFIX + BLOCK_HEADER_LEN;
 
+/// Frame buffers the TCP streams have written, for the workers to read
+/// the next blocks into. A fresh buffer of a block's size is zeroed by
+/// `resize` and, past the allocator's threshold, mapped and unmapped for
+/// every block; a buffer kept at its length is neither (P-19). At most
+/// `cap` are kept, so a run holds no more than it did.
+pub(crate) struct Buffers {
+    kept: Mutex<Vec<Vec<u8>>>,
+    cap: usize,
+}
+
+impl Buffers {
+    pub(crate) fn new(cap: usize) -> Buffers {
+        Buffers {
+            kept: Mutex::new(Vec::new()),
+            cap,
+        }
+    }
+
+    /// A buffer to read a block into: one written already, if any. Its
+    /// bytes are stale; `read_block` sizes it and overwrites what it keeps.
+    pub(crate) fn take(&self) -> Vec<u8> {
+        self.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// A buffer whose frame is written.
+    pub(crate) fn give(&self, buf: Vec<u8>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < self.cap {
+            kept.push(buf);
+        }
+    }
+}
+
 /// A TCP sender's worker: takes blocks from the session, reads, hashes
 /// and encodes them, and queues them for whichever stream is free.
 pub(crate) fn prepare_blocks(
     sh: &Shared<SenderSession>,
     sources: &dyn BlockSource,
     compression: &Compression,
+    buffers: &Buffers,
     ready: mpsc::SyncSender<Prepared>,
 ) {
     loop {
-        let mut buf = Vec::new();
+        let mut buf = buffers.take();
         let Some((block, hash, codec)) =
             read_next_block(sh, sources, compression, &mut buf, DATA_AT)
         else {

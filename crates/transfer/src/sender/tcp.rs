@@ -12,7 +12,7 @@ use wire::BlockHeader;
 use connect::error::TransferError;
 use connect::framed::{FrameWriter, LEN_PREFIX};
 
-use super::prepare::{Prepared, DATA_AT};
+use super::prepare::{Buffers, Prepared, DATA_AT};
 use crate::shared::Shared;
 
 /// A TCP data stream: seals and writes prepared blocks until none is left.
@@ -21,6 +21,7 @@ pub(crate) fn send_blocks(
     mut w: FrameWriter,
     ready: &Mutex<mpsc::Receiver<Prepared>>,
     bucket: Option<&Mutex<TokenBucket>>,
+    buffers: &Buffers,
 ) {
     loop {
         let next = ready.lock().unwrap_or_else(|p| p.into_inner()).recv();
@@ -53,6 +54,7 @@ pub(crate) fn send_blocks(
             sh.fail_transport(TransferError::lost("sending data", &e));
             break;
         }
+        buffers.give(buf);
     }
     w.shutdown_write();
 }
