@@ -26,8 +26,9 @@ use crate::source::Sources;
 pub trait Held: Send + Sync {
     /// Its length now, in bytes.
     fn size(&self) -> io::Result<u64>;
-    /// Its modification time (seconds, nanoseconds).
-    fn modified(&self) -> io::Result<(i64, u32)>;
+    /// Its length and modification time (bytes, seconds, nanoseconds),
+    /// read together: one `fstat` for a file.
+    fn stat(&self) -> io::Result<(u64, i64, u32)>;
     /// Fills `buf` from `offset`; short is an error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }
@@ -37,9 +38,9 @@ impl Held for File {
         Ok(self.metadata()?.len())
     }
 
-    fn modified(&self) -> io::Result<(i64, u32)> {
+    fn stat(&self) -> io::Result<(u64, i64, u32)> {
         let m = self.metadata()?;
-        Ok((m.mtime(), m.mtime_nsec() as u32))
+        Ok((m.len(), m.mtime(), m.mtime_nsec() as u32))
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

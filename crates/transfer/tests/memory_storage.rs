@@ -34,8 +34,8 @@ impl Held for MemoryHeld {
         Ok(self.0.len() as u64)
     }
 
-    fn modified(&self) -> std::io::Result<(i64, u32)> {
-        Ok((0, 0))
+    fn stat(&self) -> std::io::Result<(u64, i64, u32)> {
+        Ok((self.0.len() as u64, 0, 0))
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {

@@ -49,10 +49,10 @@ impl Receiving<'_, '_> {
     fn answer(&self, q: Question) -> Result<(), TransferError> {
         // The file in place, opened without following a link (P-38): a
         // link there is neither read nor told about.
-        let existing = self
-            .sink
-            .open_placed(&q.path)?
-            .and_then(|f| Some((f.size().ok()?, f.modified().ok()?, f)));
+        let existing = self.sink.open_placed(&q.path)?.and_then(|f| {
+            let (size, secs, nsec) = f.stat().ok()?;
+            Some((size, (secs, nsec), f))
+        });
         if self.opts.sync.update && q.size > 0 {
             if let Some((size, mtime, held)) = &existing {
                 if *size == q.size && self.up_to_date(q.id, &**held, *mtime, &q)? {
