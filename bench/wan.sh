@@ -32,10 +32,12 @@ ALL_PROFILES=(
   "wan|1000M|75|0"
   "wan-loss0.1|1000M|75|0.1"
   "wan-loss1|1000M|75|1"
+  "wan-loss10|1000M|75|10"
+  "long-loss1|1000M|300|1"
   "slow|100M|15|0"
 )
 ALL_DATASETS=(random zeros text tree usr)
-ALL_TOOLS=(haul haul-noenc haul-nocomp haul-lz4 haul-zstd haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
+ALL_TOOLS=(haul haul-fresh haul-tcp haul-noenc haul-nocomp haul-lz4 haul-zstd haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
 QUICK_PROFILES=lan,wan,wan-loss1
 QUICK_TOOLS=haul,haul-noenc,haul-ssh,rsync,nc,nc-zstd,iperf3-cubic,iperf3-bbr
 
@@ -583,7 +585,7 @@ host_tune() {
 # ---- runs ---------------------------------------------------------------------
 # Each tool function sets R_STATUS (ok|timeout|fail|skipped), R_T0/R_T1 (wall),
 # R_NOTE and, for iperf3, R_BYTES. They never abort the script.
-R_STATUS="" R_T0="" R_T1="" R_NOTE="" R_BYTES=""
+R_STATUS="" R_T0="" R_T1="" R_NOTE="" R_BYTES="" R_TL=";;;;;"
 
 rc_status() { # rc_status RC WHAT -> sets R_STATUS/R_NOTE from an exit code
   case $1 in
@@ -607,6 +609,18 @@ client() {
   return "$rc"
 }
 
+# haul_timeline JSON: "first_data;full_rate;last_fresh;finished;duration;wire"
+# seconds from haul's --json (its timeline_s, P-26), empty fields where absent
+haul_timeline() {
+  python3 - "$1" <<'PY' 2>/dev/null || echo ";;;;;"
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j.get("timeline_s", {})
+v = [t.get("first_data"), t.get("full_rate"), t.get("last_fresh"), t.get("finished"), j.get("duration_s"), j.get("wire_bytes")]
+print(";".join("" if x is None else str(x) for x in v))
+PY
+}
+
 tool_haul() { # tool_haul DATASET CAP [--no-encrypt]
   local d=$1 cap=$2 flags=() rc=0 json=$TMP_DIR/run.json name
   shift 2
@@ -617,6 +631,7 @@ tool_haul() { # tool_haul DATASET CAP [--no-encrypt]
   client "$cap" "$json" "$HAUL" cp --json -q "${flags[@]}" -i "$HAUL_HOME/client.key" \
     --known-hosts "$HAUL_HOME/known_hosts" "${DS_PATH[$d]}" "$ADDR_B:$HAUL_PORT:$name" || rc=$?
   rc_status "$rc" "haul"
+  R_TL=$(haul_timeline "$json")
   if [[ $R_STATUS == fail ]]; then
     R_NOTE="haul exit $rc: $(tail -n 1 "$json.err" | tr ',\n' ';  ' | cut -c1-120)"
   fi
@@ -633,6 +648,7 @@ tool_haul_ssh() {
   client "$cap" "$json" "$HAUL" cp --json -q --ssh "${flags[@]}" -e "$SSH_E" --remote-haul "$HAUL" \
     "${DS_PATH[$d]}" "root@$ADDR_B:$RECV/" || rc=$?
   rc_status "$rc" "haul over ssh"
+  R_TL=$(haul_timeline "$json")
   if [[ $R_STATUS == fail ]]; then
     R_NOTE="haul exit $rc: $(tail -n 1 "$json.err" | tr ',\n' ';  ' | cut -c1-120)"
   fi
@@ -740,7 +756,7 @@ tool_iperf3() { # tool_iperf3 CC
 RUN_COUNT=0 SKIP_COUNT=0
 run_one() {
   local d=$1 tool=$2 rep=$3 cap expected=0 bytes="" wall="" gp="" c0 s0 e0 c1 s1 e1 cli="" srv="" emu="" elapsed
-  R_STATUS="" R_T0="" R_T1="" R_NOTE="" R_BYTES=""
+  R_STATUS="" R_T0="" R_T1="" R_NOTE="" R_BYTES="" R_TL=";;;;;"
   [[ $d == - ]] || expected=${DS_BYTES[$d]}
   cap=$(awk -v m="$CAP" -v b="$expected" -v r="$LINK_MBIT" 'BEGIN { c = 2 * b * 8 / (r * 1e6) + 20; if (c < m) c = m; printf "%d", c }')
   elapsed=$(awk -v t0="$T_START" -v t="$(now)" 'BEGIN { printf "%d", t - t0 }')
@@ -755,7 +771,9 @@ run_one() {
     c0=$(cg_usage cli) s0=$(cg_usage srv) e0=$(cg_usage emu)
     case $tool in
       haul) tool_haul "$d" "$cap" ;;
+      haul-fresh) rm -rf "$HAUL_HOME/known-paths"; tool_haul "$d" "$cap" ;;
       haul-noenc) tool_haul "$d" "$cap" --no-encrypt ;;
+      haul-tcp) tool_haul "$d" "$cap" --transport tcp ;;
       haul-nocomp) tool_haul "$d" "$cap" --compress none ;;
       haul-lz4) tool_haul "$d" "$cap" --compress lz4 ;;
       haul-zstd) tool_haul "$d" "$cap" --compress zstd ;;
@@ -794,8 +812,9 @@ run_one() {
     clear_recv
     log "    -> $R_STATUS${gp:+, $(fmt1 "$gp") Mbit/s}${wall:+ in $(fmt1 "$wall") s}${cli:+, cpu cli $(fmt1 "$cli") srv $(fmt1 "$srv") emu $(fmt1 "$emu") s}${R_NOTE:+ ($R_NOTE)}"
   fi
-  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,"%s"\n' "$VARIANT" "$PROF_NAME" "$LINK_MBIT" "$d" "$tool" \
-    "$rep" "$R_STATUS" "$bytes" "$expected" "$wall" "$gp" "$cli" "$srv" "$emu" "${R_NOTE//\"/\'}" >>"$RUNS_CSV"
+  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,"%s"\n' "$VARIANT" "$PROF_NAME" "$LINK_MBIT" "$d" "$tool" \
+    "$rep" "$R_STATUS" "$bytes" "$expected" "$wall" "$gp" "$cli" "$srv" "$emu" \
+    "$(calc "2 * $PROF_DELAY")" "$MTU" "$R_TL" "${R_NOTE//\"/\'}" >>"$RUNS_CSV"
 }
 
 run_profile() { # run_profile VARIANT PROFILE INDEX
@@ -873,7 +892,7 @@ main() {
   DATA_DIR=$SHM_DIR/data RECV=$SHM_DIR/recv
   mkdir -p "$DATA_DIR" "$RECV" "$SCRIPT_DIR/out"
   RUNS_CSV=$TMP_DIR/runs.csv META=$TMP_DIR/meta
-  echo "variant,profile,link_mbit,dataset,tool,rep,status,bytes,expected_bytes,wall_s,goodput_mbit_s,cpu_client_s,cpu_server_s,cpu_emu_s,note" >"$RUNS_CSV"
+  echo "variant,profile,link_mbit,dataset,tool,rep,status,bytes,expected_bytes,wall_s,goodput_mbit_s,cpu_client_s,cpu_server_s,cpu_emu_s,rtt_ms,mtu,timeline,note" >"$RUNS_CSV"
   cg_setup
   make_datasets
   setup_keys

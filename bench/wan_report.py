@@ -13,10 +13,47 @@ import sys
 
 FIELDS = ["variant", "profile", "link_mbit", "dataset", "tool", "rep", "status", "bytes",
           "expected_bytes", "wall_s", "goodput_mbit_s", "cpu_client_s", "cpu_server_s",
-          "cpu_emu_s", "note"]
-OUT_FIELDS = ["variant", "profile", "link_mbit", "dataset", "tool", "goodput_mbit_s", "ratio_link",
+          "cpu_emu_s", "rtt_ms", "mtu", "timeline", "note"]
+OUT_FIELDS = ["variant", "profile", "link_mbit", "dataset", "tool", "goodput_mbit_s", "limit_mbit_s",
+              "ratio_limit", "ratio_link",
               "ratio_best_other", "best_other", "cpu_s_per_gb", "cpu_client_s", "cpu_server_s",
-              "cpu_emu_s", "status", "reps_ok", "reps", "samples_mbit_s", "note"]
+              "cpu_emu_s", "setup_s", "ramp_s", "bulk_s", "bulk_ideal_s", "tail_s",
+              "status", "reps_ok", "reps", "samples_mbit_s", "note"]
+
+# TCP/IP headers per packet with timestamps: 20 IP + 20 TCP + 12 options.
+HEADERS = 52
+
+
+def efficiency(mtu):
+    return (mtu - HEADERS) / mtu
+
+
+def limit_mbit(r):
+    """The physical limit of a run: its bytes at the link rate times the
+    header efficiency, plus two round trips (connect, then one exchange
+    before data flows) that no tool avoids."""
+    b, link, rtt, mtu = num(r["expected_bytes"]), num(r["link_mbit"]), num(r.get("rtt_ms")), num(r.get("mtu"))
+    if not b or not link or rtt is None or not mtu:
+        return None
+    secs = b * 8 / (link * 1e6 * efficiency(mtu)) + 2 * rtt / 1e3
+    return b * 8 / secs / 1e6
+
+
+def phases(r):
+    """Where a haul run's wall time went, from its --json timeline:
+    setup (process start to first data), ramp (first data to full rate,
+    UDP only), bulk (to every block sent once), tail (re-sends, digests,
+    the receiver's summary, exit); and the bulk at the link's rate."""
+    t = [num(x) for x in (r.get("timeline") or "").split(";")]
+    if len(t) < 5 or None in (t[0], t[2], t[3], t[4]) or num(r["wall_s"]) is None:
+        return None
+    first, full, fresh, fin, dur = t[:5]
+    wall = num(r["wall_s"])
+    full = first if full is None else max(full, first)
+    b, link, mtu = num(r["expected_bytes"]), num(r["link_mbit"]), num(r.get("mtu"))
+    ideal = b * 8 / (link * 1e6 * efficiency(mtu)) if b and link and mtu else None
+    return {"setup": first + (wall - dur), "ramp": full - first, "bulk": fresh - full,
+            "bulk_ideal": ideal, "tail": wall - (wall - dur) - fresh}
 
 
 def is_ref(tool):
@@ -76,9 +113,13 @@ def aggregate(runs):
             return (c + s) / (b / 1e9)
 
         notes = sorted({r["note"] for r in rs if r["note"]})
+        lim = limit_mbit(rs[0])
+        ph = [p for p in (phases(r) for r in base) if p]
         rows.append({
             "variant": k[0], "profile": k[1], "link_mbit": rs[0]["link_mbit"], "dataset": k[2], "tool": k[3],
             "goodput": gp, "ratio_link": gp / float(rs[0]["link_mbit"]) if gp is not None else None,
+            "limit": lim, "ratio_limit": gp / lim if gp is not None and lim else None,
+            **{k: med([p[k] for p in ph]) for k in ("setup", "ramp", "bulk", "bulk_ideal", "tail")},
             "cpu_per_gb": med([per_gb(r) for r in base]),
             "cpu_client": med([num(r["cpu_client_s"]) for r in base]),
             "cpu_server": med([num(r["cpu_server_s"]) for r in base]),
@@ -110,16 +151,18 @@ def write_csv(rows, meta, path):
         w.writerow(OUT_FIELDS)
         for r in rows:
             w.writerow([r["variant"], r["profile"], r["link_mbit"], r["dataset"], r["tool"], f(r["goodput"]),
-                        f(r["ratio_link"], "{:.3f}"), f(r["best"], "{:.3f}"), r["best_other"],
+                        f(r["limit"]), f(r["ratio_limit"], "{:.3f}"), f(r["ratio_link"], "{:.3f}"), f(r["best"], "{:.3f}"), r["best_other"],
                         f(r["cpu_per_gb"], "{:.2f}"), f(r["cpu_client"], "{:.2f}"), f(r["cpu_server"], "{:.2f}"),
-                        f(r["cpu_emu"], "{:.2f}"), r["status"], r["reps_ok"], r["reps"], r["samples"], r["note"]])
+                        f(r["cpu_emu"], "{:.2f}"), *(f(r[k], "{:.3f}") for k in
+                                                     ("setup", "ramp", "bulk", "bulk_ideal", "tail")),
+                        r["status"], r["reps_ok"], r["reps"], r["samples"], r["note"]])
 
 
 def print_table(rows, meta):
     print()
     for line in meta:
         print(line)
-    hdr = f"{'variant':8} {'profile':11} {'dataset':7} {'tool':13} {'Mbit/s':>8} {'xlink':>6} " \
+    hdr = f"{'variant':8} {'profile':11} {'dataset':7} {'tool':13} {'Mbit/s':>8} {'limit':>7} {'xlimit':>6} {'xlink':>6} " \
           f"{'xbest':>6} {'best other':11} {'cpu s/GB':>8} {'emu s':>6}  status"
     print()
     print(hdr)
@@ -132,13 +175,30 @@ def print_table(rows, meta):
         last = cell
         status = r["status"] if r["status"] in ("ok",) else r["status"] + (f" ({r['note']})" if r["note"] else "")
         print(f"{r['variant']:8} {r['profile']:11} {r['dataset']:7} {r['tool']:13} {f(r['goodput']):>8} "
-              f"{f(r['ratio_link'], '{:.2f}'):>6} {f(r['best'], '{:.2f}'):>6} {r['best_other']:11} "
+              f"{f(r['limit'], '{:.0f}'):>7} {f(r['ratio_limit'], '{:.3f}'):>6} {f(r['ratio_link'], '{:.2f}'):>6} {f(r['best'], '{:.2f}'):>6} {r['best_other']:11} "
               f"{f(r['cpu_per_gb'], '{:.1f}'):>8} {f(r['cpu_emu'], '{:.1f}'):>6}  {status}")
     print()
     print("Mbit/s: verified file bytes / wall time of the whole transfer (median of verified reps; "
           "for a timeout, bytes received by the cap / cap). iperf3 rows: memory to memory.")
     print("xlink: / link rate. xbest: / best other non-haul tool in the cell (named). "
           "cpu s/GB: user+sys of both ends per 10^9 file bytes. emu s: emulator CPU during the run.")
+    print("limit: the physical limit, Mbit/s: the bytes at the link rate x TCP/IP header efficiency "
+          f"((MTU - {HEADERS}) / MTU), plus two round trips. xlimit: goodput / limit.")
+    timed = [r for r in rows if r.get("bulk") is not None]
+    if timed:
+        print()
+        print("Where haul's wall time went (seconds, medians): setup = outside the session (process start "
+              "and exit) plus dialling to the first data; "
+              "ramp = to full rate (UDP startup; 0 on a known path); bulk = to every block sent once, "
+              "beside the same bytes at the link rate x header efficiency; tail = re-sends, digests, "
+              "the receiver's summary and exit.")
+        h2 = f"{'profile':11} {'dataset':7} {'tool':13} {'setup':>6} {'ramp':>6} {'bulk':>7} {'ideal':>7} {'tail':>6}"
+        print(h2)
+        print("-" * len(h2))
+        for r in timed:
+            print(f"{r['profile']:11} {r['dataset']:7} {r['tool']:13} {f(r['setup'], '{:.2f}'):>6} "
+                  f"{f(r['ramp'], '{:.2f}'):>6} {f(r['bulk'], '{:.2f}'):>7} {f(r['bulk_ideal'], '{:.2f}'):>7} "
+                  f"{f(r['tail'], '{:.2f}'):>6}")
 
 
 def plot(rows, path):

@@ -223,6 +223,9 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         basis: a.basis.clone(),
         cache,
         advice,
+        known_path: (transport != Transport::Tcp && !is_pull)
+            .then(|| crate::known_paths::load(&reach.peer, ssh))
+            .flatten(),
         ..reach.config(&a.conn, protection)?
     };
     let remote_extra = match (&a.cache.cache, is_pull) {
@@ -233,6 +236,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         ),
         _ => String::new(),
     };
+    let peer = reach.peer.clone();
     let mut dialer = reach.dialer(&a.conn, remote_extra)?;
     let show = if a.quiet {
         Show::Never
@@ -270,7 +274,9 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
                 contents,
             );
             bar.finish();
-            ("push", finish(r, dialer)?)
+            let r = finish(r, dialer)?;
+            crate::known_paths::save(&peer, ssh, &r);
+            ("push", r)
         }
         Plan::Pull { sources, dest, .. } => {
             let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));

@@ -6,6 +6,7 @@ mod cp;
 mod doctor;
 mod exit;
 mod home;
+mod known_paths;
 mod location;
 mod logging;
 mod probe;

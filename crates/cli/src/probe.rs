@@ -67,6 +67,13 @@ fn probes_dir() -> PathBuf {
 /// The file of a host's advice: a daemon's by host and port, an
 /// ssh-started side's by host.
 fn advice_file(peer: &Peer, ssh: bool) -> PathBuf {
+    probes_dir().join(host_file_name(peer, ssh))
+}
+
+/// A file name for what is kept about a host: a daemon's by host and
+/// port, an ssh-started side's by host; characters other than letters,
+/// digits, `.`, `-` and `_` become `_`.
+pub fn host_file_name(peer: &Peer, ssh: bool) -> String {
     let name = if ssh {
         format!("ssh_{}", peer.host)
     } else {
@@ -86,7 +93,7 @@ fn advice_file(peer: &Peer, ssh: bool) -> PathBuf {
             }
         })
         .collect();
-    probes_dir().join(format!("{safe}.json"))
+    format!("{safe}.json")
 }
 
 /// The advice saved for `peer` by a probe less than [`ADVICE_TTL`] ago.

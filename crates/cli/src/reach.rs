@@ -149,6 +149,7 @@ impl Reach {
             connect_timeout: Duration::from_secs(a.connect_timeout.max(1)),
             notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
             advice: None,
+            known_path: None,
         })
     }
 

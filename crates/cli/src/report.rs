@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use connect::progress::Mark;
 use connect::Progress;
 use endpoint::Report;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -173,6 +174,57 @@ pub struct Json<'a> {
     /// Present when the UDP channel carried the data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpJson>,
+    /// Seconds from the start of the connection to each step of the
+    /// session: where the wall time went.
+    pub timeline_s: TimelineJson,
+}
+
+/// Seconds from dialling the server to each step; a step the session did
+/// not reach (a TCP transfer has no `full_rate`) is left out.
+#[derive(Serialize, Default)]
+pub struct TimelineJson {
+    /// The TCP connection is up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connected: Option<f64>,
+    /// The handshake is done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authenticated: Option<f64>,
+    /// The server accepted the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<f64>,
+    /// The UDP channel or the TCP streams are ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_path: Option<f64>,
+    /// The first data left this side (push) or arrived (pull).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_data: Option<f64>,
+    /// The UDP sender left its startup: it sends at the path's rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full_rate: Option<f64>,
+    /// Every block was sent once; the tail (re-sends, digests) follows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_fresh: Option<f64>,
+    /// The receiver confirmed every file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished: Option<f64>,
+}
+
+fn timeline_json(steps: &[(Mark, f64)]) -> TimelineJson {
+    let mut t = TimelineJson::default();
+    for &(m, s) in steps {
+        let slot = match m {
+            Mark::Connected => &mut t.connected,
+            Mark::Authenticated => &mut t.authenticated,
+            Mark::Accepted => &mut t.accepted,
+            Mark::DataPath => &mut t.data_path,
+            Mark::FirstData => &mut t.first_data,
+            Mark::FullRate => &mut t.full_rate,
+            Mark::LastFresh => &mut t.last_fresh,
+            Mark::Finished => &mut t.finished,
+        };
+        *slot = Some((s * 1e6).round() / 1e6);
+    }
+    t
 }
 
 #[derive(Serialize)]
@@ -250,6 +302,7 @@ pub fn json(r: &Report, direction: &str) -> String {
             receive_buffer_bytes: u.buffer,
             receive_buffer_capped: u.buffer_capped,
         }),
+        timeline_s: timeline_json(&r.timeline),
     })
     .expect("plain struct serializes")
 }

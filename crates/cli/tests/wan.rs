@@ -73,6 +73,46 @@ fn push_and_pull_across_a_long_lossy_link() {
     );
     // The link MTU is 1500: the probe must not pick more.
     assert!(udp["datagram_bytes"].as_u64().unwrap() <= 1472, "{json}");
+    // The wall time is accounted for, step by step, in order.
+    let t = &json["timeline_s"];
+    let steps = [
+        "connected",
+        "authenticated",
+        "accepted",
+        "data_path",
+        "first_data",
+    ];
+    let at: Vec<f64> = steps.iter().map(|s| t[s].as_f64().unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{t}");
+    let (full, finished) = (
+        t["full_rate"].as_f64().unwrap(),
+        t["finished"].as_f64().unwrap(),
+    );
+    assert!(at[4] <= full && full <= finished, "{t}");
+    assert!(finished <= json["duration_s"].as_f64().unwrap(), "{json}");
+    // The path's rate is kept for the next push to this host, which
+    // starts there instead of probing up from 100 Mbit/s (P-26).
+    let kept = fs::read_to_string(env.home.join("known-paths").join("198.18.0.2_7050.json"))
+        .expect("the path's rate is kept");
+    let kept: serde_json::Value = serde_json::from_str(&kept).unwrap();
+    assert!(kept["rate"].as_u64().unwrap() > 10_000_000, "{kept}");
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &[
+            "--json",
+            src.to_str().unwrap(),
+            &format!("{ADDR_B}:7050:/again.bin"),
+        ],
+    );
+    ok(&out);
+    assert!(fs::read(env.root.join("again.bin")).unwrap() == data);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &json["timeline_s"];
+    assert_eq!(
+        t["full_rate"], t["first_data"],
+        "a known path starts at full rate: {json}"
+    );
 
     // The TCP streams, asked for by name, across the same link.
     let back = env.local.join("back.bin");

@@ -1,7 +1,9 @@
 //! Counters the engine updates and the CLI reads for its progress bar and
 //! summary. Atomics only: reading them never slows the data path.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
 
 #[derive(Default, Debug)]
 pub struct Progress {
@@ -33,6 +35,10 @@ pub struct Progress {
     /// 1 while the UDP sender still probes for the path's rate (its
     /// startup), when `udp_rate` is a floor, not the path's rate.
     pub udp_startup: AtomicU64,
+    /// The UDP sender's measure of the path's capacity, bytes per second,
+    /// once it left startup (0 before): where the next transfer to the
+    /// same host may start (P-26).
+    pub udp_estimate: AtomicU64,
     /// Datagram bytes this side sent (sender) or received (receiver), and
     /// the microseconds from the first to the last of them: their ratio is
     /// the average rate while data flowed.
@@ -73,6 +79,96 @@ pub struct Progress {
     /// What the receiver noted about files (P-41): why a partial could
     /// not be resumed from, above all.
     pub notes: std::sync::Mutex<Vec<(wire::NoteKind, String)>>,
+    /// When each step of the session first happened, for the summary's
+    /// account of the wall time.
+    pub timeline: Timeline,
+}
+
+/// A step of a session whose time the summary reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// The TCP connection to the server is up.
+    Connected,
+    /// The handshake is done: keys agreed, the server's key checked.
+    Authenticated,
+    /// The server accepted the request.
+    Accepted,
+    /// The data path (UDP channel or TCP streams) is ready.
+    DataPath,
+    /// The first data datagram or block frame left (sender) or arrived
+    /// (receiver).
+    FirstData,
+    /// The UDP sender's rate left its startup: the path is full.
+    FullRate,
+    /// Every block has been sent once (the tail begins).
+    LastFresh,
+    /// The receiver's summary arrived (sender) or was sent (receiver).
+    Finished,
+}
+
+impl Mark {
+    pub const ALL: [Mark; 8] = [
+        Mark::Connected,
+        Mark::Authenticated,
+        Mark::Accepted,
+        Mark::DataPath,
+        Mark::FirstData,
+        Mark::FullRate,
+        Mark::LastFresh,
+        Mark::Finished,
+    ];
+
+    /// The name in `--json`'s `timeline_s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mark::Connected => "connected",
+            Mark::Authenticated => "authenticated",
+            Mark::Accepted => "accepted",
+            Mark::DataPath => "data_path",
+            Mark::FirstData => "first_data",
+            Mark::FullRate => "full_rate",
+            Mark::LastFresh => "last_fresh",
+            Mark::Finished => "finished",
+        }
+    }
+}
+
+/// The first time each [`Mark`] was reached. Marking a step already
+/// marked costs one atomic load.
+#[derive(Default, Debug)]
+pub struct Timeline {
+    seen: AtomicU32,
+    at: Mutex<Vec<(Mark, Instant)>>,
+}
+
+impl Timeline {
+    pub fn mark(&self, m: Mark) {
+        self.mark_at(m, Instant::now());
+    }
+
+    pub fn mark_at(&self, m: Mark, t: Instant) {
+        let bit = 1 << m as u32;
+        if self.seen.fetch_or(bit, Relaxed) & bit == 0 {
+            self.at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((m, t));
+        }
+    }
+
+    /// Seconds from `origin` to each step reached, in the order of
+    /// [`Mark::ALL`].
+    pub fn since(&self, origin: Instant) -> Vec<(Mark, f64)> {
+        let at = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        Mark::ALL
+            .iter()
+            .filter_map(|m| {
+                at.iter()
+                    .find(|(k, _)| k == m)
+                    .map(|(_, t)| (*m, t.saturating_duration_since(origin).as_secs_f64()))
+            })
+            .collect()
+    }
 }
 
 impl Progress {

@@ -17,7 +17,8 @@ pub mod client;
 pub mod server;
 
 pub use client::{
-    Advice, ClientConfig, Connected, ProbeRun, Report, Route, ServerTrust, Transport, UdpReport,
+    Advice, ClientConfig, Connected, KnownPath, ProbeRun, Report, Route, ServerTrust, Transport,
+    UdpReport,
 };
 pub use server::{serve, ClientKeys, ServerConfig};
 

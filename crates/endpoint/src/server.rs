@@ -572,6 +572,7 @@ impl Server {
                             req.compress_level,
                         ),
                         start_rate: None,
+                        known_rate: None,
                         answer: None,
                     },
                     &progress,

@@ -92,6 +92,9 @@ const PEAK_HALF_LIFE: Duration = Duration::from_secs(30);
 /// Above this loss rate a report is not mere noise: the share floor does
 /// not hold (the path itself may have shrunk).
 const HEAVY_LOSS: f64 = 0.25;
+/// Where a transfer that knows its path's capacity starts, as a fraction
+/// of it (see [`Adaptive::resuming`]).
+const RESUME_GAIN: f64 = 0.95;
 /// Round trip assumed until the caller gives one.
 const DEFAULT_RTT: Duration = Duration::from_millis(100);
 
@@ -153,6 +156,29 @@ impl Adaptive {
         }
     }
 
+    /// Starts at a rate this path delivered recently (the last transfer to
+    /// the same host, at a similar round trip) instead of probing up from
+    /// `initial`: in cruise, with `known` as the estimate until reports
+    /// replace it (within [`ESTIMATE_WINDOW`] reports or two round trips).
+    /// A path that carries less now shows a queue within a round trip, and
+    /// congestion cuts the rate to what was delivered; one that carries
+    /// more is found by cruise's probes. The fair-share floor is not
+    /// seeded: it comes from this transfer's own deliveries.
+    /// It starts at [`RESUME_GAIN`] of `known`: an estimate measured while
+    /// probing sits a little above what the path carries.
+    pub fn resuming(mut self, known: u64) -> Adaptive {
+        let known = (known as f64 * RESUME_GAIN).max(FLOOR);
+        self.phase = Phase::Cruise;
+        self.estimates = VecDeque::from([known]);
+        // Begin where the gain is 1: the first probe comes with the next
+        // cycle, once reports have confirmed the rate.
+        self.cycle = 4;
+        self.probe_up = PROBE;
+        self.probe_base = known;
+        self.set(known);
+        self
+    }
+
     /// The path's round trip, which paces startup's growth.
     pub fn with_rtt(mut self, rtt: Duration) -> Adaptive {
         self.rtt = rtt.max(Duration::from_millis(1));
@@ -195,6 +221,10 @@ impl RateController for Adaptive {
 
     fn on_feedback(&mut self, now: Duration, fb: &Feedback) {
         self.decide(now, fb);
+    }
+
+    fn estimate(&self) -> u64 {
+        Adaptive::estimate(self) as u64
     }
 
     fn in_startup(&self) -> bool {

@@ -60,6 +60,12 @@ pub trait RateController: Send {
         false
     }
 
+    /// The path's capacity as measured so far, bytes per second; 0 while
+    /// nothing is known (a controller that does not measure says 0).
+    fn estimate(&self) -> u64 {
+        0
+    }
+
     /// A receiver report arrived at `now` (time since the transfer began).
     fn on_feedback(&mut self, _now: Duration, _fb: &Feedback) {}
 

@@ -15,6 +15,8 @@ struct Outcome {
     goodput: f64,
     /// Sent bytes per second over the second half.
     send_rate: f64,
+    /// Delivered bytes per second over the first half.
+    early_goodput: f64,
     /// Mean queueing delay seen by the receiver over the second half.
     queueing: Duration,
     congestion_events: u64,
@@ -34,7 +36,7 @@ fn simulate(cfg: LinkConfig, ctl: &mut dyn RateController, secs: u64, seed: u64)
     let mut min_owd = Duration::MAX;
     // Reports on their way back to the sender.
     let mut reports: std::collections::VecDeque<(Duration, Feedback)> = Default::default();
-    let (mut late_bytes, mut late_sent) = (0u64, 0u64);
+    let (mut late_bytes, mut late_sent, mut early_bytes) = (0u64, 0u64, 0u64);
     let (mut qsum, mut qn) = (0f64, 0u64);
     let mut floor_owd = Duration::MAX;
     while now < end {
@@ -64,6 +66,9 @@ fn simulate(cfg: LinkConfig, ctl: &mut dyn RateController, secs: u64, seed: u64)
             let owd = now - sent;
             min_owd = min_owd.min(owd);
             floor_owd = floor_owd.min(owd);
+            if now < half {
+                early_bytes += p.len() as u64;
+            }
             if now >= half {
                 late_bytes += p.len() as u64;
                 qsum += (owd - floor_owd).as_secs_f64();
@@ -103,6 +108,7 @@ fn simulate(cfg: LinkConfig, ctl: &mut dyn RateController, secs: u64, seed: u64)
     let late = (end - half).as_secs_f64();
     Outcome {
         goodput: late_bytes as f64 / late,
+        early_goodput: early_bytes as f64 / half.as_secs_f64(),
         send_rate: late_sent as f64 / late,
         queueing: Duration::from_secs_f64(if qn > 0 { qsum / qn as f64 } else { 0.0 }),
         congestion_events: 0,
@@ -196,5 +202,66 @@ fn recovers_after_an_outage() {
         out.goodput / LINK >= 0.85,
         "goodput after the outage {:.3}",
         out.goodput / LINK
+    );
+}
+
+/// A transfer that starts at what the last one to the same host measured
+/// (P-26) fills the path from its first round trip: over the first two
+/// seconds at 150 ms it delivers nearly the link, where one probing up
+/// from 10 Mbit/s delivers far less.
+#[test]
+fn a_known_path_is_full_from_the_start() {
+    let rtt = Duration::from_millis(150);
+    let mut fresh = Adaptive::new(1_250_000, None).with_rtt(rtt);
+    let probing = simulate(wan(0.0, 75), &mut fresh, 4, 8).early_goodput / LINK;
+    let mut known = Adaptive::new(1_250_000, None)
+        .with_rtt(rtt)
+        .resuming(LINK as u64);
+    assert!(!known.in_startup());
+    let out = simulate(wan(0.0, 75), &mut known, 4, 8);
+    let resumed = out.early_goodput / LINK;
+    eprintln!("first 2 s: {resumed:.3} of the link resumed, {probing:.3} probing up");
+    // The first 75 ms carry nothing: 0.96 at most.
+    assert!(resumed >= 0.88, "resumed {resumed:.3}");
+    assert!(
+        resumed > probing + 0.15,
+        "resumed {resumed:.3}, probing {probing:.3}"
+    );
+    assert!(out.goodput / LINK >= 0.95, "then {:.3}", out.goodput / LINK);
+}
+
+/// A known rate ten times what the path carries now (another route,
+/// another load) comes down within a few round trips, and the queue it
+/// built drains: a stale measurement costs a moment, not the transfer.
+#[test]
+fn a_known_rate_too_high_comes_down() {
+    let mut cfg = wan(0.0, 75);
+    cfg.rate_bps = Some(100_000_000);
+    let slow = 12_500_000.0;
+    let mut ctl = Adaptive::new(1_250_000, None)
+        .with_rtt(Duration::from_millis(150))
+        .resuming(LINK as u64);
+    let out = simulate(cfg, &mut ctl, 20, 9);
+    eprintln!(
+        "second half: goodput {:.3}, sending {:.3} of the link, queueing {:?}, congestion events {}",
+        out.goodput / slow,
+        out.send_rate / slow,
+        out.queueing,
+        ctl.congestion_events
+    );
+    assert!(
+        out.goodput / slow >= 0.85,
+        "goodput {:.3}",
+        out.goodput / slow
+    );
+    assert!(
+        out.send_rate / slow <= 1.12,
+        "sending {:.3}",
+        out.send_rate / slow
+    );
+    assert!(
+        out.queueing < Duration::from_millis(20),
+        "mean queueing {:?}",
+        out.queueing
     );
 }

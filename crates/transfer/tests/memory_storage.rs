@@ -303,6 +303,7 @@ fn send_tree(compress: codec::Mode, streams: usize) {
         rate: None,
         compress,
         start_rate: None,
+        known_rate: None,
         answer: None,
     };
     let opts = ReceiveOptions::default();

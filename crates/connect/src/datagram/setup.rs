@@ -76,11 +76,16 @@ pub fn client_hello(
 }
 
 /// The hello and, right behind it, the largest probe, so a path that
-/// carries it costs no extra round trip. A probe that fails to send
-/// locally is ignored here.
+/// carries it costs no extra round trip; the pair goes twice, since a
+/// lost hello or echo costs a resend interval (two round trips) or a
+/// probe round (three), and at 1% loss one of the four datagrams of a
+/// single pair was lost in about one set-up in 25 (measured: a second
+/// before the first data, 1 GiB at 1 Gbit/s, 150 ms). A probe that fails
+/// to send locally is ignored here.
 fn send_hello(channel: &UdpChannel, h: &mut Hello, session: [u8; 16], send_key: &DatagramKey) {
-    for sig in [Signal::Hello(session), Signal::Probe(h.sizes[0] as u16)] {
-        let d = seal_signal(send_key, h.seq, &sig);
+    let pair = [Signal::Hello(session), Signal::Probe(h.sizes[0] as u16)];
+    for sig in pair.iter().chain(pair.iter()) {
+        let d = seal_signal(send_key, h.seq, sig);
         h.seq += 1;
         let _ = channel.send(&d, d.len(), Duration::from_millis(100));
     }

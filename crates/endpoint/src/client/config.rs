@@ -65,6 +65,26 @@ pub struct Advice {
     pub rate: u64,
 }
 
+/// What the last transfer to the same host measured of its path: the UDP
+/// channel of the next one starts at this rate when the round trip is
+/// about the same (P-26).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KnownPath {
+    /// The UDP sender's capacity estimate, bytes per second.
+    pub rate: u64,
+    pub rtt: Duration,
+}
+
+impl KnownPath {
+    /// Whether a path of round trip `rtt` looks like the one measured:
+    /// within a fifth (at least 5 ms) of its round trip. A different
+    /// route, or another host behind the same name, probes afresh.
+    pub fn fits(&self, rtt: Duration) -> bool {
+        let slack = (self.rtt / 5).max(Duration::from_millis(5));
+        rtt + slack >= self.rtt && rtt <= self.rtt + slack
+    }
+}
+
 /// How the client decides whether the server's key is the right one.
 #[derive(Debug, Clone)]
 pub enum ServerTrust {
@@ -109,6 +129,8 @@ pub struct ClientConfig {
     /// What `haul probe` advised for this host (P-36): used where the
     /// user left transport and streams automatic.
     pub advice: Option<Advice>,
+    /// What the last transfer to this host measured (P-26).
+    pub known_path: Option<KnownPath>,
 }
 
 /// How the client reached the server.

@@ -20,7 +20,7 @@ use connect::handshake;
 use connect::handshake::CONTROL_PROTECTION;
 use connect::join::{client_join, keyed, DataConn, DataPlan};
 use connect::net::{self, BufferLimits, Tuning};
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 use connect::sizing::{size_udp_buffers, udp_buffer};
 
 use super::config::{choose_transport, ClientConfig, ServerTrust, Transport};
@@ -228,6 +228,7 @@ impl Connected {
         mut stream: TcpStream,
         started: Instant,
     ) -> Result<Connected, TransferError> {
+        let connected = Instant::now();
         // Any transport but TCP may end on the UDP channel: ask for its
         // socket now, so the hello can ride behind the request (P-23).
         let wishes = wire::HandshakeWishes {
@@ -237,6 +238,8 @@ impl Connected {
             check_server(&cfg, key)
         })?;
         let progress = Arc::new(Progress::default());
+        progress.timeline.mark_at(Mark::Connected, connected);
+        progress.timeline.mark(Mark::Authenticated);
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
         // The server's welcome (or refusal) is read after the request is
         // sent: the request rides right behind the handshake, one round
@@ -371,6 +374,7 @@ impl Connected {
             }
             Err(e) => return Err(e.into_transfer("waiting for the server's answer")),
         };
+        self.progress.timeline.mark(Mark::Accepted);
         let refusal = if session != self.keys.session_id() {
             Some("server named another session".to_string())
         } else if streams == 0 || streams > requested {
@@ -412,6 +416,7 @@ impl Connected {
                             udp_payload: link.payload as u16,
                         })
                         .map_err(|e| TransferError::lost("confirming the UDP channel", &e))?;
+                    progress.timeline.mark(Mark::DataPath);
                     return Ok((DataPlan::Udp(Box::new(link)), server_gated));
                 }
                 Err(why) if self.cfg.transport == Transport::Udp => {
@@ -451,7 +456,10 @@ impl Connected {
                 })
             })
             .collect::<Result<Vec<_>, _>>()
-            .map(|c| (DataPlan::Tcp(c), server_gated))
+            .map(|c| {
+                progress.timeline.mark(Mark::DataPath);
+                (DataPlan::Tcp(c), server_gated)
+            })
     }
 
     /// Dials data connections `1..=streams` and joins them to the session

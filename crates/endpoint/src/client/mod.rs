@@ -13,7 +13,8 @@ mod ops;
 mod report;
 
 pub use config::{
-    choose_transport, Advice, ClientConfig, Notice, Route, ServerTrust, Transport, AUTO_UDP_RTT,
+    choose_transport, Advice, ClientConfig, KnownPath, Notice, Route, ServerTrust, Transport,
+    AUTO_UDP_RTT,
 };
 pub use connected::{auto_streams, stream_buffer, Connected};
 pub use report::{ProbeRun, Report, UdpReport};

@@ -101,6 +101,7 @@ impl Connected {
             rate: self.cfg.rate,
             compress: self.cfg.compress,
             start_rate: self.cfg.advice.map(|a| a.rate / 2),
+            known_rate: self.known_rate(),
             answer: None,
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
@@ -115,6 +116,14 @@ impl Connected {
         )?;
         let sent = (r.retransmitted, r.endgame_copies);
         Ok(tail.report(r.summary, streams, sent, window))
+    }
+
+    /// Where the UDP channel's rate starts: what the last transfer to this
+    /// host measured, when the round trip is about the same, and no
+    /// `--rate` cap sits below it.
+    fn known_rate(&self) -> Option<u64> {
+        let k = self.cfg.known_path.filter(|k| k.fits(self.rtt))?;
+        Some(self.cfg.rate.map_or(k.rate, |c| c.min(k.rate)))
     }
 
     /// A push whose every block is known to be zeros (or whose files are
@@ -156,6 +165,7 @@ impl Connected {
             rate: self.cfg.rate,
             compress: self.cfg.compress,
             start_rate: None,
+            known_rate: None,
             answer: Some(self.keys.session_id()),
         };
         let (progress, tail) = (self.progress.clone(), self.tail());

@@ -8,7 +8,7 @@ use secure::Protection;
 use wire::Summary;
 
 use connect::datagram::{self};
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 
 use super::config::Route;
 
@@ -27,6 +27,9 @@ pub struct UdpReport {
     pub drops: u64,
     pub buffer: u64,
     pub buffer_capped: bool,
+    /// The sender's capacity estimate at the end, bytes per second; 0 if
+    /// it never left startup (or this side received).
+    pub estimate: u64,
 }
 
 /// What the CLI prints at the end.
@@ -69,6 +72,8 @@ pub struct Report {
     pub udp: Option<UdpReport>,
     /// Transport and streams followed `haul probe`'s advice (P-36).
     pub advised: bool,
+    /// Seconds from dialling to each step of the session reached.
+    pub timeline: Vec<(Mark, f64)>,
 }
 
 /// What the report needs once the connection is consumed.
@@ -104,6 +109,7 @@ impl Tail {
             drops: get(&p.udp_drops),
             buffer: get(&p.udp_buffer),
             buffer_capped: get(&p.udp_buffer_capped) != 0,
+            estimate: get(&p.udp_estimate),
         });
         Report {
             route: Route::Daemon,
@@ -129,6 +135,7 @@ impl Tail {
             protection: self.protection,
             stream_window: window,
             advised: self.advised,
+            timeline: p.timeline.since(self.started),
         }
     }
 }

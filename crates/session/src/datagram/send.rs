@@ -205,6 +205,12 @@ impl DatagramSender {
         self.controller.rate()
     }
 
+    /// The path's capacity as the controller measured it, bytes per
+    /// second (0 while unknown).
+    pub fn estimate(&self) -> u64 {
+        self.controller.estimate()
+    }
+
     /// The controller is still probing for the path's rate.
     pub fn in_startup(&self) -> bool {
         self.controller.in_startup()

@@ -28,7 +28,7 @@ use connect::control_gap::ControlGap;
 use connect::datagram::UdpLink;
 use connect::error::TransferError;
 use connect::framed::{FrameReader, FrameWriter};
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 
 use crate::options::ReceiveOptions;
 use crate::shared::{clones, Shared, POLL};
@@ -164,6 +164,7 @@ pub fn run_receiver(
         return Err(e);
     }
     let summary = sh.lock().summary();
+    progress.timeline.mark(Mark::Finished);
     Ok(summary)
 }
 

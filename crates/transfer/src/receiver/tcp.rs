@@ -5,6 +5,7 @@ use wire::{BlockHeader, ErrorCode, BLOCK_HEADER_LEN};
 
 use connect::error::TransferError;
 use connect::framed::{FrameError, FrameReader};
+use connect::progress::Mark;
 
 use super::place::Receiving;
 
@@ -33,6 +34,7 @@ impl Receiving<'_, '_> {
                     return;
                 }
             };
+            self.sh.progress.timeline.mark(Mark::FirstData);
             let h = match BlockHeader::decode(body) {
                 Ok(h) => h,
                 Err(e) => {

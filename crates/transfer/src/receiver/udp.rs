@@ -17,7 +17,7 @@ use wire::{BlockHeader, ErrorCode};
 use super::place::Receiving;
 use connect::datagram::{open, seal_signal, Opened, UdpLink};
 use connect::error::TransferError;
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 
 fn since_epoch(t: SystemTime) -> Duration {
     t.duration_since(UNIX_EPOCH).unwrap_or_default()
@@ -122,6 +122,7 @@ fn receive(
                 match open(&link.recv_key, d) {
                     Some(Opened::Chunk { seq, header, data }) => {
                         heard = true;
+                        p.timeline.mark(Mark::FirstData);
                         let wanted = |f, i| sh.lock().wanted(f, i);
                         let at = arrival_us(stamp);
                         match r

@@ -27,7 +27,7 @@ use connect::control_gap::ControlGap;
 use connect::datagram::UdpLink;
 use connect::error::TransferError;
 use connect::framed::{FrameReader, FrameWriter};
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 
 use crate::compress::Compression;
 use crate::shared::{clones, Shared, POLL};
@@ -56,6 +56,10 @@ pub struct Sending {
     /// Where the UDP channel's rate starts, if not at its usual 100 Mbit/s
     /// (half the rate `haul probe` measured, P-36).
     pub start_rate: Option<u64>,
+    /// The capacity, bytes per second, that the last transfer to this host
+    /// measured at a similar round trip: the UDP channel starts there,
+    /// with no startup (P-26). It wins over `start_rate`.
+    pub known_rate: Option<u64>,
     /// A push with nothing to send but zeros, its manifest sent right
     /// behind the request (P-29): the server's welcome and its `Accept` of
     /// this session id, with no data connections, come first on control;
@@ -109,6 +113,7 @@ fn run_sender_with(
         data.iter().map(|w| w.get_ref().try_clone()),
     )?;
     let (rate, start_rate) = (how.rate, how.start_rate);
+    let known_rate = how.known_rate;
     let sh = Shared::new(session, ctrl_w, sockets, progress);
     // How this side compresses blocks: its policy learns from the
     // receiver's reports (P-30).
@@ -150,7 +155,12 @@ fn run_sender_with(
         if let Some(link) = udp {
             let sh = &sh;
             scope.spawn(move || {
-                udp::run(sh, link, sources, compression, (rate, start_rate), acks_rx)
+                let start = udp::Start {
+                    cap: rate,
+                    first: start_rate,
+                    known: known_rate,
+                };
+                udp::run(sh, link, sources, compression, start, acks_rx)
             });
         }
         scope.spawn(|| sender_control_reader(&sh, compression, &mut ctrl_r, acks_tx, answer));
@@ -294,6 +304,7 @@ fn sender_control_reader(
                 let finished = st.finished().is_some();
                 drop(st);
                 if finished {
+                    sh.progress.timeline.mark(Mark::Finished);
                     sh.finish();
                     return;
                 }

@@ -11,6 +11,7 @@ use wire::BlockHeader;
 
 use connect::error::TransferError;
 use connect::framed::{FrameWriter, LEN_PREFIX};
+use connect::progress::Mark;
 
 use super::prepare::{Buffers, Prepared, DATA_AT};
 use crate::shared::Shared;
@@ -55,6 +56,11 @@ pub(crate) fn send_blocks(
             break;
         }
         buffers.give(buf);
+        let timeline = &sh.progress.timeline;
+        timeline.mark(Mark::FirstData);
+        if sh.lock().all_handed_out() {
+            timeline.mark(Mark::LastFresh);
+        }
     }
     w.shutdown_write();
 }

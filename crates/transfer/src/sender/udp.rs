@@ -22,7 +22,7 @@ use crate::compress::Compression;
 use crate::shared::Shared;
 use connect::datagram::{open, seal_chunk, seal_signal, Opened, UdpLink};
 use connect::error::TransferError;
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 
 /// First rate tried: 100 Mbit/s, doubled every round trip from there. A
 /// slower path sees one round trip of overshoot, which the in-flight cap
@@ -36,12 +36,23 @@ const STATS_EVERY: Duration = Duration::from_millis(250);
 
 type ReadBlock = (session::BlockRef, [u8; 32], u8, Vec<u8>);
 
+/// Where the pump's rate starts, and its cap.
+pub(crate) struct Start {
+    /// `--rate`: a hard cap.
+    pub(crate) cap: Option<u64>,
+    /// A first rate for startup, above the usual 100 Mbit/s (half what
+    /// `haul probe` measured, P-36).
+    pub(crate) first: Option<u64>,
+    /// What the last transfer to this host measured: no startup at all.
+    pub(crate) known: Option<u64>,
+}
+
 pub(crate) fn run(
     sh: &Shared<SenderSession>,
     link: UdpLink,
     sources: &dyn BlockSource,
     compression: &Compression,
-    (cap, start): (Option<u64>, Option<u64>),
+    start: Start,
     acks: Receiver<Vec<(u32, u32)>>,
 ) {
     let (tx, rx) = mpsc::sync_channel::<ReadBlock>(2 * link.workers);
@@ -66,7 +77,7 @@ pub(crate) fn run(
             });
         }
         drop(tx);
-        if let Err(e) = pump(sh, &link, (cap, start), rx, acks, &tail) {
+        if let Err(e) = pump(sh, &link, start, rx, acks, &tail) {
             sh.fail_transport(e);
         }
     });
@@ -75,16 +86,23 @@ pub(crate) fn run(
 fn pump(
     sh: &Shared<SenderSession>,
     link: &UdpLink,
-    (cap, start_rate): (Option<u64>, Option<u64>),
+    how: Start,
     blocks: Receiver<ReadBlock>,
     acks: Receiver<Vec<(u32, u32)>>,
     tail: &AtomicBool,
 ) -> Result<(), TransferError> {
     let start = Instant::now();
     // A rate `haul probe` measured on this path (P-36) may start it higher.
-    let first = start_rate.unwrap_or(INITIAL_RATE).max(INITIAL_RATE);
+    let cap = how.cap;
+    let first = how.first.unwrap_or(INITIAL_RATE).max(INITIAL_RATE);
     let initial = cap.map_or(first, |c| c.min(first));
-    let controller = Adaptive::new(initial, cap).with_rtt(link.rtt);
+    let mut controller = Adaptive::new(initial, cap).with_rtt(link.rtt);
+    if let Some(known) = how.known {
+        tracing::debug!(
+            "udp sender: starting at {known} B/s, measured by the last transfer to this host"
+        );
+        controller = controller.resuming(known);
+    }
     let mut tx = DatagramSender::new(link.payload, link.rtt, Box::new(controller));
     let p = sh.progress;
     Progress::set(&p.udp_payload, link.payload as u64);
@@ -99,6 +117,7 @@ fn pump(
     let mut last_stats = Instant::now();
     let send_timeout = Duration::from_secs(5);
     let (mut first_sent, mut bytes_sent) = (None::<Instant>, 0u64);
+    let mut full = false;
     while !sh.stopped() && !sh.is_done() {
         let now = start.elapsed();
         while let Ok(list) = acks.try_recv() {
@@ -123,6 +142,9 @@ fn pump(
         }
         if in_tail {
             tx.set_tail();
+            if tx.queued_bytes() == 0 {
+                p.timeline.mark(Mark::LastFresh);
+            }
         }
         // Reports waiting on the socket.
         take_reports(
@@ -134,6 +156,10 @@ fn pump(
             &mut last_report,
         );
         tx.on_tick(now);
+        if !full && first_sent.is_some() && !tx.in_startup() {
+            full = true;
+            p.timeline.mark(Mark::FullRate);
+        }
         if last_report.elapsed() > link.silence {
             return Err(TransferError::new(
                 ErrorCode::ConnectionLost,
@@ -203,7 +229,15 @@ fn pump(
             credit -= out.len() as f64;
             sent_any = true;
             bytes_sent += out.len() as u64;
-            let first = *first_sent.get_or_insert_with(Instant::now);
+            let first = *first_sent.get_or_insert_with(|| {
+                let t = Instant::now();
+                p.timeline.mark_at(Mark::FirstData, t);
+                // A known path (P-26) is at full rate from the start.
+                if !tx.in_startup() {
+                    p.timeline.mark_at(Mark::FullRate, t);
+                }
+                t
+            });
             Progress::set(&p.udp_bytes, bytes_sent);
             Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
         }
@@ -297,4 +331,7 @@ fn publish(p: &Progress, tx: &DatagramSender) {
     Progress::set(&p.udp_drops, s.receiver_dropped);
     Progress::set(&p.udp_rate, tx.rate());
     Progress::set(&p.udp_startup, tx.in_startup() as u64);
+    if !tx.in_startup() {
+        Progress::set(&p.udp_estimate, tx.estimate());
+    }
 }
