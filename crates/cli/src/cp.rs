@@ -223,9 +223,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         basis: a.basis.clone(),
         cache,
         advice,
-        known_path: (transport != Transport::Tcp && !is_pull)
-            .then(|| crate::known_paths::load(&reach.peer, ssh))
-            .flatten(),
+        known_path: crate::known_paths::load(&reach.peer, ssh),
         ..reach.config(&a.conn, protection)?
     };
     let remote_extra = match (&a.cache.cache, is_pull) {

@@ -1,14 +1,18 @@
-//! What the last transfer to each host measured of its path, kept in
-//! `$HAUL_HOME/known-paths/`: the UDP sender's capacity estimate and the
-//! round trip it was measured at. The next push to the same host starts
-//! its UDP channel at that rate instead of probing up from 100 Mbit/s
-//! (P-26), which saves about a second at 150 ms and several at 600 ms.
-//! A stale or wrong entry costs little: a slower path shows a queue
-//! within a round trip and the rate drops to what it delivers.
+//! What the last transfers to each host measured of its path, kept in
+//! `$HAUL_HOME/known-paths/`: the UDP sender's capacity estimate, the rate
+//! a push over TCP streams moved, and the round trip they were measured
+//! at. The next push to the same host starts its UDP channel at the UDP
+//! estimate instead of probing up from 100 Mbit/s (P-26), which saves
+//! about a second at 150 ms and several at 600 ms, and any transfer sizes
+//! its TCP streams for the path's rate rather than 10 Gbit/s. A stale or
+//! wrong entry costs little: a slower path shows a queue within a round
+//! trip and the rate drops to what it delivers; a faster one is probed
+//! for, and over TCP the next transfer gets a quarter more room.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use connect::progress::Mark;
 use endpoint::{KnownPath, Report};
 use serde::{Deserialize, Serialize};
 
@@ -23,10 +27,19 @@ pub const KNOWN_PATH_TTL: Duration = Duration::from_secs(24 * 3600);
 struct Saved {
     /// Seconds since the Unix epoch.
     time: u64,
-    /// Bytes per second of datagram payload.
+    /// The UDP sender's estimate, bytes per second of datagram payload;
+    /// 0 if unknown.
     rate: u64,
+    /// What a push over TCP moved while data flowed, wire bytes per
+    /// second; 0 if unknown.
+    #[serde(default)]
+    tcp_rate: u64,
     rtt_ms: f64,
 }
+
+/// Below this many bytes a TCP push's rate says more about its start than
+/// about the path.
+const TCP_SAMPLE_MIN: u64 = 64 << 20;
 
 fn dir() -> PathBuf {
     home::dir().join("known-paths")
@@ -41,27 +54,58 @@ fn now_secs() -> u64 {
 /// The path the last transfer to `peer` measured, if less than
 /// [`KNOWN_PATH_TTL`] ago.
 pub fn load(peer: &Peer, ssh: bool) -> Option<KnownPath> {
-    let text = std::fs::read_to_string(dir().join(host_file_name(peer, ssh))).ok()?;
-    let s: Saved = serde_json::from_str(&text).ok()?;
+    let s = read(peer, ssh)?;
     let fresh = now_secs().saturating_sub(s.time) < KNOWN_PATH_TTL.as_secs();
-    (fresh && s.rate > 0 && s.rtt_ms.is_finite() && s.rtt_ms > 0.0).then(|| KnownPath {
+    let sane = s.rtt_ms.is_finite() && s.rtt_ms > 0.0 && s.rtt_ms < 3_600_000.0;
+    (fresh && sane && (s.rate > 0 || s.tcp_rate > 0)).then(|| KnownPath {
         rate: s.rate,
+        tcp_rate: s.tcp_rate,
         rtt: Duration::from_secs_f64(s.rtt_ms / 1e3),
     })
 }
 
+fn read(peer: &Peer, ssh: bool) -> Option<Saved> {
+    let text = std::fs::read_to_string(dir().join(host_file_name(peer, ssh))).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// What a finished push measured of its path: the UDP sender's estimate
+/// once it left startup, or, over TCP, the wire bytes a second from the
+/// first data to the receiver's summary of a push large enough to say.
+fn measured(r: &Report) -> Option<(Option<u64>, Option<u64>)> {
+    if let Some(u) = r.udp {
+        return (u.estimate > 0).then_some((Some(u.estimate), None));
+    }
+    let at = |m| r.timeline.iter().find(|(k, _)| *k == m).map(|(_, t)| *t);
+    let secs = at(Mark::Finished)? - at(Mark::FirstData)?;
+    let big = r.summary.file_bytes >= TCP_SAMPLE_MIN && r.wire_bytes >= TCP_SAMPLE_MIN;
+    (big && secs > 0.0).then(|| (None, Some((r.wire_bytes as f64 / secs) as u64)))
+}
+
 /// Keeps what a finished push measured. Nothing is kept when the UDP
-/// channel did not carry the data or its sender never left startup (a
-/// transfer too short to fill the path). A failure to write is only
+/// sender never left startup, or a push over TCP moved less than 64 MiB
+/// (transfers too short to fill the path). A failure to write is only
 /// logged: the transfer itself succeeded.
 pub fn save(peer: &Peer, ssh: bool, r: &Report) {
-    let Some(estimate) = r.udp.map(|u| u.estimate).filter(|&e| e > 0) else {
+    let Some((udp, tcp)) = measured(r) else {
         return;
     };
+    let rtt_ms = r.rtt.as_secs_f64() * 1e3;
+    // The other transport's figure is kept while the round trip is the
+    // same path's.
+    let kept = read(peer, ssh).filter(|s| {
+        KnownPath {
+            rate: s.rate,
+            tcp_rate: s.tcp_rate,
+            rtt: Duration::from_secs_f64(s.rtt_ms.clamp(0.0, 3_600_000.0) / 1e3),
+        }
+        .fits(r.rtt)
+    });
     let saved = Saved {
         time: now_secs(),
-        rate: estimate,
-        rtt_ms: r.rtt.as_secs_f64() * 1e3,
+        rate: udp.unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.rate)),
+        tcp_rate: tcp.unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.tcp_rate)),
+        rtt_ms,
     };
     let d = dir();
     let path = d.join(host_file_name(peer, ssh));
@@ -85,9 +129,21 @@ mod tests {
         let s = Saved {
             time: now_secs(),
             rate: 122_000_000,
+            tcp_rate: 0,
             rtt_ms: 150.5,
         };
         let back: Saved = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
+    }
+}
+
+#[cfg(test)]
+mod measure_tests {
+    use super::*;
+
+    #[test]
+    fn an_older_file_without_a_tcp_rate_reads() {
+        let s: Saved = serde_json::from_str(r#"{"time":1,"rate":5,"rtt_ms":150.0}"#).unwrap();
+        assert_eq!(s.tcp_rate, 0);
     }
 }

@@ -70,8 +70,13 @@ pub struct Advice {
 /// about the same (P-26).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KnownPath {
-    /// The UDP sender's capacity estimate, bytes per second.
+    /// The UDP sender's capacity estimate, bytes per second; 0 if no push
+    /// over UDP measured it.
     pub rate: u64,
+    /// Wire bytes per second that a push over TCP streams moved while
+    /// data flowed; 0 if none did. The streams of the next transfer are
+    /// sized for a quarter more than the larger of the two.
+    pub tcp_rate: u64,
     pub rtt: Duration,
 }
 

@@ -296,9 +296,24 @@ impl Connected {
             self.cfg
                 .streams
                 .or(self.cfg.advice.map(|a| a.streams))
-                .unwrap_or_else(|| auto_streams(self.rtt, self.cfg.rate, window)),
+                .unwrap_or_else(|| auto_streams(self.rtt, self.target_rate(), window)),
             window,
         )
+    }
+
+    /// The rate the TCP streams are sized for: the `--rate` cap, else a
+    /// quarter more than the last transfer to this host measured (at a
+    /// similar round trip), else none (10 Gbit/s is assumed). Sized for
+    /// 10 Gbit/s where buffers can be forced, a 1 Gbit/s path at 150 ms
+    /// got 6 streams, whose BBR flows overfilled its queue: 635 Mbit/s for
+    /// 1 GiB where 2 streams moved 742 (0.1% loss: 579 against 737; 1%:
+    /// 452 against 685).
+    pub(super) fn target_rate(&self) -> Option<u64> {
+        self.cfg.rate.or_else(|| {
+            let k = self.cfg.known_path.filter(|k| k.fits(self.rtt))?;
+            let rate = k.rate.max(k.tcp_rate);
+            (rate > 0).then_some(rate.saturating_mul(5) / 4)
+        })
     }
 
     /// A request for `op` on `paths` over `streams` data connections, with
@@ -469,7 +484,7 @@ impl Connected {
         // connection's to its share of the path's BDP instead of the maximum.
         let mut tuning = self.cfg.tuning.clone();
         if tuning.force_buffer.is_some() {
-            tuning.force_buffer = Some(stream_buffer(self.rtt, self.cfg.rate, streams));
+            tuning.force_buffer = Some(stream_buffer(self.rtt, self.target_rate(), streams));
         }
         let dialer = Dialer::new(&self.cfg, tuning);
         (1..=streams)

@@ -122,7 +122,10 @@ impl Connected {
     /// host measured, when the round trip is about the same, and no
     /// `--rate` cap sits below it.
     fn known_rate(&self) -> Option<u64> {
-        let k = self.cfg.known_path.filter(|k| k.fits(self.rtt))?;
+        let k = self
+            .cfg
+            .known_path
+            .filter(|k| k.rate > 0 && k.fits(self.rtt))?;
         Some(self.cfg.rate.map_or(k.rate, |c| c.min(k.rate)))
     }
 
