@@ -56,12 +56,22 @@ fn now_secs() -> u64 {
 pub fn load(peer: &Peer, ssh: bool) -> Option<KnownPath> {
     let s = read(peer, ssh)?;
     let fresh = now_secs().saturating_sub(s.time) < KNOWN_PATH_TTL.as_secs();
-    let sane = s.rtt_ms.is_finite() && s.rtt_ms > 0.0 && s.rtt_ms < 3_600_000.0;
-    (fresh && sane && (s.rate > 0 || s.tcp_rate > 0)).then(|| KnownPath {
-        rate: s.rate,
-        tcp_rate: s.tcp_rate,
-        rtt: Duration::from_secs_f64(s.rtt_ms / 1e3),
-    })
+    (fresh && (s.rate > 0 || s.tcp_rate > 0))
+        .then(|| s.known())
+        .flatten()
+}
+
+impl Saved {
+    /// What was kept, if its round trip is a sane one (positive, under an
+    /// hour).
+    fn known(&self) -> Option<KnownPath> {
+        let sane = self.rtt_ms.is_finite() && self.rtt_ms > 0.0 && self.rtt_ms < 3_600_000.0;
+        sane.then(|| KnownPath {
+            rate: self.rate,
+            tcp_rate: self.tcp_rate,
+            rtt: Duration::from_secs_f64(self.rtt_ms / 1e3),
+        })
+    }
 }
 
 fn read(peer: &Peer, ssh: bool) -> Option<Saved> {
@@ -93,14 +103,7 @@ pub fn save(peer: &Peer, ssh: bool, r: &Report) {
     let rtt_ms = r.rtt.as_secs_f64() * 1e3;
     // The other transport's figure is kept while the round trip is the
     // same path's.
-    let kept = read(peer, ssh).filter(|s| {
-        KnownPath {
-            rate: s.rate,
-            tcp_rate: s.tcp_rate,
-            rtt: Duration::from_secs_f64(s.rtt_ms.clamp(0.0, 3_600_000.0) / 1e3),
-        }
-        .fits(r.rtt)
-    });
+    let kept = read(peer, ssh).filter(|s| s.known().is_some_and(|k| k.fits(r.rtt)));
     let saved = Saved {
         time: now_secs(),
         rate: udp.unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.rate)),

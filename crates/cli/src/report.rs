@@ -176,55 +176,23 @@ pub struct Json<'a> {
     pub udp: Option<UdpJson>,
     /// Seconds from the start of the connection to each step of the
     /// session: where the wall time went.
-    pub timeline_s: TimelineJson,
+    pub timeline_s: TimelineJson<'a>,
 }
 
-/// Seconds from dialling the server to each step; a step the session did
-/// not reach (a TCP transfer has no `full_rate`) is left out.
-#[derive(Serialize, Default)]
-pub struct TimelineJson {
-    /// The TCP connection is up.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connected: Option<f64>,
-    /// The handshake is done.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub authenticated: Option<f64>,
-    /// The server accepted the request.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub accepted: Option<f64>,
-    /// The UDP channel or the TCP streams are ready.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data_path: Option<f64>,
-    /// The first data left this side (push) or arrived (pull).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_data: Option<f64>,
-    /// The UDP sender left its startup: it sends at the path's rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub full_rate: Option<f64>,
-    /// Every block was sent once; the tail (re-sends, digests) follows.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_fresh: Option<f64>,
-    /// The receiver confirmed every file.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finished: Option<f64>,
-}
+/// Seconds from dialling the server to each step the session reached, by
+/// the step's name ([`Mark::name`]), in the order of [`Mark::ALL`]; a step
+/// not reached (a TCP transfer has no `full_rate`) is left out.
+pub struct TimelineJson<'a>(&'a [(Mark, f64)]);
 
-fn timeline_json(steps: &[(Mark, f64)]) -> TimelineJson {
-    let mut t = TimelineJson::default();
-    for &(m, s) in steps {
-        let slot = match m {
-            Mark::Connected => &mut t.connected,
-            Mark::Authenticated => &mut t.authenticated,
-            Mark::Accepted => &mut t.accepted,
-            Mark::DataPath => &mut t.data_path,
-            Mark::FirstData => &mut t.first_data,
-            Mark::FullRate => &mut t.full_rate,
-            Mark::LastFresh => &mut t.last_fresh,
-            Mark::Finished => &mut t.finished,
-        };
-        *slot = Some((s * 1e6).round() / 1e6);
+impl Serialize for TimelineJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for &(mark, secs) in self.0 {
+            m.serialize_entry(mark.name(), &((secs * 1e6).round() / 1e6))?;
+        }
+        m.end()
     }
-    t
 }
 
 #[derive(Serialize)]
@@ -302,7 +270,7 @@ pub fn json(r: &Report, direction: &str) -> String {
             receive_buffer_bytes: u.buffer,
             receive_buffer_capped: u.buffer_capped,
         }),
-        timeline_s: timeline_json(&r.timeline),
+        timeline_s: TimelineJson(&r.timeline),
     })
     .expect("plain struct serializes")
 }

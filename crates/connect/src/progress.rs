@@ -146,6 +146,11 @@ impl Timeline {
         self.mark_at(m, Instant::now());
     }
 
+    /// Whether `m` has been marked.
+    pub fn reached(&self, m: Mark) -> bool {
+        self.seen.load(Relaxed) & (1 << m as u32) != 0
+    }
+
     pub fn mark_at(&self, m: Mark, t: Instant) {
         let bit = 1 << m as u32;
         if self.seen.fetch_or(bit, Relaxed) & bit == 0 {

@@ -58,7 +58,7 @@ pub(crate) fn send_blocks(
         buffers.give(buf);
         let timeline = &sh.progress.timeline;
         timeline.mark(Mark::FirstData);
-        if sh.lock().all_handed_out() {
+        if !timeline.reached(Mark::LastFresh) && sh.lock().all_handed_out() {
             timeline.mark(Mark::LastFresh);
         }
     }
