@@ -30,7 +30,7 @@ use session::paths::{self, Placement};
 
 use crate::beneath::{self, Beneath};
 use crate::confine::Root;
-use crate::durable::SyncObserver;
+use crate::durable::{self, SyncObserver};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::journal::Stamp;
 use crate::out_file::{Handle, MAX_OPEN};
@@ -557,6 +557,7 @@ impl Sink {
                     .write_all_at(data, offset)
                     .map_err(|e| StoreError::io("write", &f.final_path, &e))?;
                 drop(one);
+                durable::start_writeback(&handle, offset, data.len());
                 f.holds_data.store(true, Ordering::Release);
                 Ok(())
             }
