@@ -86,7 +86,8 @@ Options:
                      developing this script; its numbers are not comparable
   -h, --help         this help
 
-Environment: HAUL, NETEM (binaries; default target/release/haul and haul-netem).
+Environment: HAUL, NETEM (binaries; default target/release/haul and haul-netem);
+NETEM_SEED (the emulator's seed for loss and other random choices, default 1).
 Output: table on stdout, progress on stderr, bench/out/wan-STAMP.csv, -runs.csv, .png.
 EOF
 }
@@ -506,7 +507,7 @@ start_emulator() { # start_emulator NAME
   fi
   rm -f "$ready"
   local args=(--name "$name" --rate "$PROF_RATE" --delay "$PROF_DELAY" --ready-file "$ready"
-    --stats-json "$TMP_DIR/$name.stats.json" --seed 1 --mtu "$MTU")
+    --stats-json "$TMP_DIR/$name.stats.json" --seed "${NETEM_SEED:-1}" --mtu "$MTU")
   [[ $PROF_LOSS != 0 ]] && args+=(--loss "$PROF_LOSS")
   log "haul-netem ${args[*]}"
   start_bg emu "$logf" "$SERVER_TTL" "$NETEM" "${args[@]}"

@@ -73,6 +73,7 @@ pub fn client(
     check: impl FnOnce(&PublicKey) -> Result<(), TransferError>,
 ) -> Result<Established, TransferError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
+    crate::net::tune_control(stream);
     let pre = Preamble {
         version: PROTOCOL_VERSION,
         kind: ConnKind::Control,
@@ -164,6 +165,7 @@ pub fn server(
     key: &Keypair,
     open_udp: impl FnOnce() -> u16,
 ) -> Result<Established, TransferError> {
+    crate::net::tune_control(stream);
     let accepted = pre.version == PROTOCOL_VERSION;
     let reply = PreambleReply {
         version: PROTOCOL_VERSION,

@@ -152,6 +152,35 @@ fn force_buffers(fd: i32, size: usize) {
     }
 }
 
+/// Tunes a control connection for what it carries: few, small messages
+/// (acknowledgements, a file's end, the summary) that a transfer's end
+/// waits on. A lost one is re-sent after a timeout, and each loss in a row
+/// doubles the timeout; thin-stream linear timeouts
+/// (`TCP_THIN_LINEAR_TIMEOUTS`) keep the first six re-sends from doubling
+/// while fewer than four segments are in flight, which is the state of a
+/// control connection at a transfer's end on a lossy path. Data
+/// connections keep the kernel's defaults. The option is advice: a kernel
+/// that refuses it keeps its default.
+pub fn tune_control(stream: &TcpStream) {
+    let v: libc::c_int = 1;
+    // SAFETY: setsockopt with a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_THIN_LINEAR_TIMEOUTS,
+            &v as *const _ as *const libc::c_void,
+            std::mem::size_of_val(&v) as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "TCP_THIN_LINEAR_TIMEOUTS refused: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Keeps at most `bytes` written but not yet sent in `stream`'s send
 /// buffer (`TCP_NOTSENT_LOWAT`): a writer blocks sooner, so what it writes
 /// next (an interactive connection's frame in a tunnel, P-37) waits behind

@@ -48,6 +48,8 @@ fn block_data(index: u32, seed: u64) -> Vec<u8> {
 
 struct Outcome {
     secs: f64,
+    /// From the last fresh chunk sent to the last block verified.
+    tail: f64,
     sent: u64,
     retransmitted: u64,
     lost: u64,
@@ -91,7 +93,11 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
     let mut next_report = report_interval(rtt);
     let limit = Duration::from_secs(3600);
     let window = 256;
+    let mut last_fresh: Option<Duration> = None;
     while done_count < blocks {
+        if last_fresh.is_none() && next_block == blocks && tx.queued_bytes() == 0 {
+            last_fresh = Some(now);
+        }
         assert!(now < limit, "seed {seed}: not done after {limit:?}");
         while next_block < blocks
             && tx.queued_bytes() < 2 * BLOCK as u64
@@ -206,6 +212,7 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
     }
     Outcome {
         secs: now.as_secs_f64(),
+        tail: (now - last_fresh.unwrap_or(now)).as_secs_f64(),
         sent: tx.stats.datagrams,
         retransmitted: tx.stats.retransmitted,
         lost: rx.stats.lost,
@@ -233,8 +240,9 @@ const LINK: f64 = 125_000_000.0;
 fn run(cfg: LinkConfig, blocks: u32, seed: u64) -> Outcome {
     let out = transfer(cfg.clone(), back(&cfg), blocks, seed);
     eprintln!(
-        "seed {seed}: {blocks} MiB in {:.2}s simulated: {:.3} of 1 Gbit/s; {} datagrams, {} re-sent, {} lost",
+        "seed {seed}: {blocks} MiB in {:.2}s simulated (tail {:.3}s): {:.3} of 1 Gbit/s; {} datagrams, {} re-sent, {} lost",
         out.secs,
+        out.tail,
         out.goodput(blocks) / LINK,
         out.sent,
         out.retransmitted,

@@ -19,7 +19,9 @@ pub fn report_interval(rtt: Duration) -> Duration {
 pub fn feedback_interval(rtt: Duration) -> Duration {
     (rtt / 2).clamp(Duration::from_millis(10), FEEDBACK_INTERVAL)
 }
-/// How many reports repeat a missing range, against lost reports.
+/// How many rounds of reports in a row carry a new missing range, against
+/// lost reports; after them it goes again every quarter round trip until
+/// it is a round trip old (P-25).
 pub const REPORT_REPEATS: u8 = 3;
 
 #[cfg(test)]
