@@ -135,20 +135,29 @@ impl Tuning {
 
 fn force_buffers(fd: i32, size: usize) {
     let v = size as libc::c_int;
-    for opt in [libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
-        // SAFETY: setsockopt with a pointer to a live c_int and its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                &v as *const _ as *const libc::c_void,
-                std::mem::size_of_val(&v) as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!("SO_*BUFFORCE refused: {}", std::io::Error::last_os_error());
-        }
+    for (opt, name) in [
+        (libc::SO_SNDBUFFORCE, "SO_SNDBUFFORCE"),
+        (libc::SO_RCVBUFFORCE, "SO_RCVBUFFORCE"),
+    ] {
+        set_int(fd, libc::SOL_SOCKET, opt, v, name);
+    }
+}
+
+/// Sets an integer socket option; a refusal is only logged, as every
+/// option haul sets is advice the kernel may decline.
+fn set_int(fd: i32, level: libc::c_int, opt: libc::c_int, v: libc::c_int, name: &str) {
+    // SAFETY: setsockopt with a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            &v as *const _ as *const libc::c_void,
+            std::mem::size_of_val(&v) as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("{name} refused: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -162,23 +171,13 @@ fn force_buffers(fd: i32, size: usize) {
 /// connections keep the kernel's defaults. The option is advice: a kernel
 /// that refuses it keeps its default.
 pub fn tune_control(stream: &TcpStream) {
-    let v: libc::c_int = 1;
-    // SAFETY: setsockopt with a pointer to a live c_int and its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_THIN_LINEAR_TIMEOUTS,
-            &v as *const _ as *const libc::c_void,
-            std::mem::size_of_val(&v) as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!(
-            "TCP_THIN_LINEAR_TIMEOUTS refused: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    set_int(
+        stream.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_THIN_LINEAR_TIMEOUTS,
+        1,
+        "TCP_THIN_LINEAR_TIMEOUTS",
+    );
 }
 
 /// Keeps at most `bytes` written but not yet sent in `stream`'s send
@@ -186,23 +185,13 @@ pub fn tune_control(stream: &TcpStream) {
 /// next (an interactive connection's frame in a tunnel, P-37) waits behind
 /// little, while the bytes in flight still fill the window.
 pub fn set_notsent_lowat(stream: &TcpStream, bytes: usize) {
-    let v = bytes as libc::c_int;
-    // SAFETY: setsockopt with a pointer to a live c_int and its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            &v as *const _ as *const libc::c_void,
-            std::mem::size_of_val(&v) as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!(
-            "TCP_NOTSENT_LOWAT refused: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    set_int(
+        stream.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        bytes.min(libc::c_int::MAX as usize) as libc::c_int,
+        "TCP_NOTSENT_LOWAT",
+    );
 }
 
 /// Connects with a timeout, tuning the socket before the SYN so the window
