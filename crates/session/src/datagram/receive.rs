@@ -159,6 +159,9 @@ struct Interval {
     min_owd: Option<i64>,
 }
 
+/// The longest a missing range is kept and reported (P-25).
+const MISSING_KEPT_MAX: Duration = Duration::from_secs(1);
+
 pub struct DatagramReceiver {
     rtt: Duration,
     /// Next sequence number expected: everything below arrived or is missing.
@@ -424,7 +427,10 @@ impl DatagramReceiver {
     /// stale-block requests.
     pub fn poll_reports(&mut self, now: Duration) -> Vec<Report> {
         let grace = self.reorder_grace();
-        let (spread, keep) = (self.rtt / 4, self.rtt);
+        // A round trip, but never more than a second: the round trip is
+        // the peer's to inflate, and the ranges tracked cost memory.
+        let keep = self.rtt.min(MISSING_KEPT_MAX);
+        let spread = keep / 4;
         let mut missing = Vec::new();
         let mut done = Vec::new();
         for (&start, m) in self.missing.iter_mut() {
