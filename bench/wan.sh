@@ -460,8 +460,20 @@ start_servers() {
     start_bg srv "$logf" "$SERVER_TTL" ip netns exec "$NS_B" /usr/sbin/sshd -f "$TMP_DIR/ssh/sshd_config" -D -e
     SSHD_PID=$BG_PID
     if wait_listen_b tcp 22 "$SSHD_PID" sshd "$logf"; then
-      timeout 30 ip netns exec "$NS_A" ssh "${SSH_OPTS[@]}" "root@$ADDR_B" true </dev/null \
-        || { tail -n 20 "$logf" >&2; log "WARNING: ssh login through the link failed"; }
+      if timeout 30 ip netns exec "$NS_A" ssh "${SSH_OPTS[@]}" "root@$ADDR_B" true </dev/null; then
+        # ssh's own login through the link, the yardstick of haul's start
+        # over ssh: `ssh host true`, three times.
+        local i t0 t1 logins=()
+        for i in 1 2 3; do
+          t0=$(date +%s.%N)
+          timeout 30 ip netns exec "$NS_A" ssh "${SSH_OPTS[@]}" "root@$ADDR_B" true </dev/null || break
+          t1=$(date +%s.%N)
+          logins+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')")
+        done
+        ((${#logins[@]})) && echo "ssh-login $VARIANT $PROF_NAME ${logins[*]}" >>"$META.ssh"
+      else
+        tail -n 20 "$logf" >&2; log "WARNING: ssh login through the link failed"
+      fi
     else
       stop_pid "$SSHD_PID"; SSHD_PID=""
     fi
@@ -874,6 +886,7 @@ write_meta() {
     echo "host net.core.rmem_max/wmem_max for tuned: $HOST_TUNE_RESULT"
     [[ -s $META.tune ]] && cat "$META.tune"
     [[ -s $META.emu ]] && cat "$META.emu"
+    [[ -s $META.ssh ]] && cat "$META.ssh"
     ((SKIP_COUNT)) && echo "WARNING: $SKIP_COUNT run(s) skipped: budget of ${BUDGET}s spent"
     true
   } >"$META"

@@ -52,7 +52,7 @@ def phases(r):
     full = first if full is None else max(full, first)
     b, link, mtu = num(r["expected_bytes"]), num(r["link_mbit"]), num(r.get("mtu"))
     ideal = b * 8 / (link * 1e6 * efficiency(mtu)) if b and link and mtu else None
-    return {"setup": first + (wall - dur), "ramp": full - first, "bulk": fresh - full,
+    return {"first": first, "setup": first + (wall - dur), "ramp": full - first, "bulk": fresh - full,
             "bulk_ideal": ideal, "tail": wall - (wall - dur) - fresh}
 
 
@@ -119,7 +119,8 @@ def aggregate(runs):
             "variant": k[0], "profile": k[1], "link_mbit": rs[0]["link_mbit"], "dataset": k[2], "tool": k[3],
             "goodput": gp, "ratio_link": gp / float(rs[0]["link_mbit"]) if gp is not None else None,
             "limit": lim, "ratio_limit": gp / lim if gp is not None and lim else None,
-            **{k: med([p[k] for p in ph]) for k in ("setup", "ramp", "bulk", "bulk_ideal", "tail")},
+            **{k: med([p[k] for p in ph]) for k in ("first", "setup", "ramp", "bulk", "bulk_ideal", "tail")},
+            "rtt_ms": num(rs[0].get("rtt_ms")),
             "cpu_per_gb": med([per_gb(r) for r in base]),
             "cpu_client": med([num(r["cpu_client_s"]) for r in base]),
             "cpu_server": med([num(r["cpu_server_s"]) for r in base]),
@@ -201,6 +202,41 @@ def print_table(rows, meta):
                   f"{f(r['tail'], '{:.2f}'):>6}")
 
 
+def ssh_logins(meta):
+    """`ssh-login VARIANT PROFILE SECONDS...` lines: `ssh host true` timed
+    through the same link, before the runs."""
+    out = {}
+    for line in meta:
+        w = line.split()
+        if len(w) > 3 and w[0] == "ssh-login":
+            out[(w[1], w[2])] = med([num(x) for x in w[3:]])
+    return out
+
+
+def print_ssh_start(rows, meta):
+    """Issue 26 goal 4: data flows at most one round trip after ssh's own
+    login (`ssh host true`, timed through the same link)."""
+    logins = ssh_logins(meta)
+    cells = [r for r in rows if r["tool"] in ("haul-ssh", "haul-ssh-relay") and r.get("first") is not None
+             and logins.get((r["variant"], r["profile"])) is not None]
+    if not cells:
+        return
+    print()
+    print("Start over ssh: 'first data' = when haul's first data left (its --json timeline, from process start; "
+          "median); 'ssh login' = `ssh host true` through the same link (median of 3). Goal: first data at most "
+          "one round trip after the login.")
+    h = f"{'variant':8} {'profile':11} {'tool':15} {'ssh login':>9} {'first data':>10} {'after':>7} {'RTTs':>5}  goal"
+    print(h)
+    print("-" * len(h))
+    for r in cells:
+        login = logins[(r["variant"], r["profile"])]
+        after = r["first"] - login
+        rtts = after / (r["rtt_ms"] / 1e3) if r.get("rtt_ms") else None
+        verdict = "" if rtts is None else ("PASS" if rtts <= 1.0 else "FAIL")
+        print(f"{r['variant']:8} {r['profile']:11} {r['tool']:15} {login:>9.3f} {r['first']:>10.3f} {after:>7.3f} "
+              f"{f(rtts, '{:.2f}'):>5}  {verdict}")
+
+
 def plot(rows, path):
     try:
         import matplotlib
@@ -278,6 +314,7 @@ def main():
     rows = aggregate(runs)
     write_csv(rows, meta, out_csv)
     print_table(rows, meta)
+    print_ssh_start(rows, meta)
     print(f"CSV: {out_csv}")
     if not any(r["goodput"] is not None for r in rows):
         print("no PNG: no run produced a goodput", file=sys.stderr)

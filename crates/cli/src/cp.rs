@@ -236,6 +236,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
     };
     let peer = reach.peer.clone();
     let mut dialer = reach.dialer(&a.conn, remote_extra)?;
+    dialer.fast = true;
     let show = if a.quiet {
         Show::Never
     } else if a.progress {

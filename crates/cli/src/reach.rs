@@ -182,6 +182,7 @@ impl Reach {
         Ok(Dialer {
             spec,
             through_ssh: a.through_ssh,
+            fast: false,
             link: None,
         })
     }
@@ -196,6 +197,11 @@ pub fn known_hosts(a: &ConnectArgs) -> std::path::PathBuf {
 pub struct Dialer {
     spec: Option<SshSpec>,
     through_ssh: bool,
+    /// Key an ssh-started session in the greetings and send its request
+    /// through the ssh channel at once (P-27): for one session, whose
+    /// round trip the answer measures (`cp`, `sync`); `probe` and `tunnel`
+    /// time their handshakes.
+    pub fast: bool,
     link: Option<SshLink>,
 }
 
@@ -205,7 +211,7 @@ impl Dialer {
             (None, _) => Connected::connect(cfg),
             (Some(_), Some(link)) => ssh::reconnect(cfg, link),
             (Some(spec), None) => {
-                let (conn, link) = ssh::connect(cfg, spec, self.through_ssh)?;
+                let (conn, link) = ssh::connect(cfg, spec, self.through_ssh, self.fast)?;
                 self.link = Some(link);
                 Ok(conn)
             }

@@ -175,6 +175,7 @@ pub fn run(a: ServeArgs) -> i32 {
         require_encryption: a.require_encryption,
         max_tunnels: a.max_tunnels.max(1),
         memory: a.memory,
+        prekeyed: None,
     };
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;

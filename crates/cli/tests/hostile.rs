@@ -968,6 +968,77 @@ fn stdio_server_with_a_root_tunnels_nowhere() {
     );
 }
 
+/// P-27: the control connection of a session keyed in the ssh greetings
+/// joins only with those keys, and only once; a connection that cannot
+/// join takes nothing from the client that can.
+#[test]
+fn keyed_control_joins_once_and_only_with_the_keys() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    let root = env.root.to_str().unwrap().to_string();
+    let (srv, keys) = hostile::stdio::StdioServer::start_keyed(Path::new(HAUL), &["--root", &root])
+        .expect("start haul serve --stdio with a keyed start");
+    let closed_unanswered = |bytes: &[u8]| {
+        let mut s = std::net::TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        got.is_empty()
+    };
+    let preamble = |session: [u8; 16], stream: u16| {
+        wire::Preamble {
+            version: wire::PROTOCOL_VERSION,
+            kind: wire::ConnKind::Keyed,
+            session,
+            stream,
+        }
+        .encode()
+        .to_vec()
+    };
+    let sid = keys.session_id();
+    let mut wrong = sid;
+    wrong[0] ^= 1;
+    assert!(closed_unanswered(&preamble(wrong, 0)), "another session id");
+    assert!(
+        closed_unanswered(&preamble(sid, 1)),
+        "a stream other than 0"
+    );
+    // The right id with a join frame sealed under other keys.
+    let mut forged = preamble(sid, 0);
+    forged.extend_from_slice(&[40, 0, 0, 0]);
+    forged.extend_from_slice(&[0x5a; 128]);
+    assert!(closed_unanswered(&forged), "a forged join frame");
+    // The genuine client still joins, and is welcomed.
+    let progress = std::sync::Arc::new(connect::progress::Progress::default());
+    let stream = std::net::TcpStream::connect(srv.addr()).unwrap();
+    let mut control =
+        connect::join::client_keyed_control(stream, &keys, &progress).expect("keyed control");
+    control
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    match control.reader.read_msg() {
+        Ok(Some(wire::Msg::Welcome)) => {}
+        other => panic!("the keyed control connection was not welcomed: {other:?}"),
+    }
+    // A second one with the same keys (a replay) is refused.
+    let again = std::net::TcpStream::connect(srv.addr()).unwrap();
+    let mut replay =
+        connect::join::client_keyed_control(again, &keys, &progress).expect("keyed control");
+    replay
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert!(
+        !matches!(replay.reader.read_msg(), Ok(Some(_))),
+        "a second keyed control connection was answered"
+    );
+    drop(control);
+}
+
 // ---------------------------------------------------------------------------
 // Cases against a pulling client: a hostile server it pulls from.
 

@@ -79,26 +79,49 @@ pub fn keyed(
 
 /// Client: greets and joins on a freshly connected data stream.
 pub fn client_join(
-    mut stream: TcpStream,
+    stream: TcpStream,
     keys: &SessionKeys,
     index: u16,
     protection: Protection,
     progress: &Arc<Progress>,
 ) -> Result<DataConn, TransferError> {
+    open_joined(stream, keys, ConnKind::Data, index, protection, progress)
+        .map_err(|e| TransferError::lost("opening a data stream", &e))
+}
+
+/// Client: opens the control connection of a session whose keys the ssh
+/// greetings agreed (P-27): a `Keyed` preamble and a join frame on stream
+/// 0, in place of a handshake.
+pub fn client_keyed_control(
+    stream: TcpStream,
+    keys: &SessionKeys,
+    progress: &Arc<Progress>,
+) -> Result<DataConn, TransferError> {
+    let protection = crate::handshake::CONTROL_PROTECTION;
+    crate::net::tune_control(&stream);
+    open_joined(stream, keys, ConnKind::Keyed, 0, protection, progress)
+        .map_err(|e| TransferError::lost("opening the control connection", &e))
+}
+
+fn open_joined(
+    mut stream: TcpStream,
+    keys: &SessionKeys,
+    kind: ConnKind,
+    index: u16,
+    protection: Protection,
+    progress: &Arc<Progress>,
+) -> std::io::Result<DataConn> {
     let session = keys.session_id();
     let pre = Preamble {
         version: PROTOCOL_VERSION,
-        kind: ConnKind::Data,
+        kind,
         session,
         stream: index,
     };
-    stream
-        .write_all(&pre.encode())
-        .map_err(|e| TransferError::lost("opening a data stream", &e))?;
-    let mut conn = keyed(stream, keys, index, protection, true, progress)?;
-    conn.writer
-        .send_in_place(&mut join_body(&session))
-        .map_err(|e| TransferError::lost("opening a data stream", &e))?;
+    stream.write_all(&pre.encode())?;
+    let mut conn = keyed(stream, keys, index, protection, true, progress)
+        .map_err(|e| std::io::Error::other(e.message))?;
+    conn.writer.send_in_place(&mut join_body(&session))?;
     Ok(conn)
 }
 

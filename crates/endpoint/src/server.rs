@@ -21,7 +21,7 @@ use connect::error::TransferError;
 use connect::framed::FrameWriter;
 use connect::handshake;
 use connect::handshake::CONTROL_PROTECTION;
-use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, Joins};
+use connect::join::{self, join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, Joins};
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
 use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW};
@@ -47,6 +47,16 @@ pub enum ClientKeys {
     /// Only this one-time key, sent by the client over ssh
     /// (`haul serve --stdio`, P-27).
     Only(PublicKey),
+}
+
+/// A session whose keys the ssh greetings agreed (P-27): its control
+/// connection joins with them instead of running a handshake.
+pub struct Prekeyed {
+    pub keys: secure::SessionKeys,
+    /// The client's one-time key, from its greeting.
+    pub peer: PublicKey,
+    /// The UDP socket the server's greeting named, if one opened.
+    pub udp: Option<udp::UdpChannel>,
 }
 
 pub struct ServerConfig {
@@ -77,6 +87,8 @@ pub struct ServerConfig {
     /// What the buffers of all sessions may take together (`--memory`,
     /// P-39).
     pub memory: u64,
+    /// The session started over ssh, keyed in the greetings (P-27).
+    pub prekeyed: Option<Prekeyed>,
 }
 
 struct Server {
@@ -95,6 +107,9 @@ struct Server {
     /// Connections not yet past their handshake (or, for data
     /// connections, their join).
     greeting: Arc<AtomicUsize>,
+    /// The session keyed in the ssh greetings, until its control
+    /// connection joins (P-27).
+    prekeyed: std::sync::Mutex<Option<Prekeyed>>,
 }
 
 /// Most connections in their greeting at once. Each holds a thread for at
@@ -113,9 +128,10 @@ pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Resu
 }
 
 /// Serves the connections of a bound listener, forever.
-pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
+pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
     share_one_arena();
     let memory = cfg.memory;
+    let prekeyed = std::sync::Mutex::new(cfg.prekeyed.take());
     let server = Arc::new(Server {
         cfg,
         joins: Joins::default(),
@@ -127,6 +143,7 @@ pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
         }),
         key_warnings: std::sync::Mutex::new(Vec::new()),
         greeting: Arc::new(AtomicUsize::new(0)),
+        prekeyed,
     });
     let mut last_notice: Option<Instant> = None;
     for conn in listener.incoming() {
@@ -205,6 +222,26 @@ impl Server {
             .map(|a| a.to_string())
             .unwrap_or_default();
         net::tune_accepted(&stream, &self.cfg.tuning);
+        // A client started over ssh tries a direct connection while its
+        // request travels through ssh, and closes it unused when the
+        // session takes the UDP channel (P-27): not worth a log line.
+        stream
+            .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
+            .ok();
+        match stream.peek(&mut [0u8; 1]) {
+            Ok(0) => {
+                tracing::debug!("{peer}: closed before a word (a reachability check)");
+                return;
+            }
+            Err(e) => {
+                tracing::info!(
+                    "{peer}: dropped: nothing said within {}s ({e})",
+                    handshake::HANDSHAKE_TIMEOUT.as_secs()
+                );
+                return;
+            }
+            Ok(_) => {}
+        }
         let pre = match handshake::read_preamble(&mut stream) {
             Ok(p) => p,
             Err(e) => {
@@ -245,9 +282,14 @@ impl Server {
                     Err(e) => tracing::warn!("{peer}: data connection refused: {e}"),
                 }
             }
-            ConnKind::Control => {
+            ConnKind::Control | ConnKind::Keyed => {
                 let started = Instant::now();
-                match self.session(stream, &pre, greeting) {
+                let run = if pre.kind == ConnKind::Keyed {
+                    self.keyed_session(stream, &pre, greeting)
+                } else {
+                    self.session(stream, &pre, greeting)
+                };
+                match run {
                     Ok(line) => {
                         tracing::info!("{peer}: {line} in {:.2}s", started.elapsed().as_secs_f64())
                     }
@@ -279,6 +321,69 @@ impl Server {
         let est = est?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
+        self.run_session(control, est, udp, progress)
+    }
+
+    /// The control connection of the session whose keys the ssh greetings
+    /// agreed (P-27): it joins with them, once, instead of a handshake.
+    fn keyed_session(
+        &self,
+        stream: TcpStream,
+        pre: &wire::Preamble,
+        greeting: Greeting,
+    ) -> Result<String, TransferError> {
+        let session = pre.session;
+        let none = || {
+            TransferError::new(
+                ErrorCode::Protocol,
+                "a keyed control connection for no session started over ssh (or one already joined)",
+            )
+        };
+        let slot = || self.prekeyed.lock().unwrap_or_else(|p| p.into_inner());
+        // The join is checked with a copy of the keys: a connection that
+        // cannot join holds nothing while it tries.
+        let keys = match slot().as_ref() {
+            Some(p) if p.keys.session_id() == session && pre.stream == 0 => p.keys.clone(),
+            _ => return Err(none()),
+        };
+        let progress = Arc::new(Progress::default());
+        let control = join::server_join(stream, &keys, 0, CONTROL_PROTECTION, &progress)?;
+        let p = {
+            let mut slot = slot();
+            match slot.take() {
+                Some(p) if p.keys.session_id() == session => p,
+                other => {
+                    *slot = other;
+                    return Err(none());
+                }
+            }
+        };
+        drop(greeting);
+        let udp_port = p
+            .udp
+            .as_ref()
+            .and_then(|c| c.local_addr().ok())
+            .map_or(0, |a| a.port());
+        // No handshake measured the round trip: it is measured from the
+        // answer to the client's first reply on the data path.
+        let est = handshake::Established {
+            keys: p.keys,
+            rtt: Duration::ZERO,
+            peer: p.peer,
+            udp_port,
+        };
+        self.run_session(control, est, p.udp, progress)
+    }
+
+    /// A session from the moment its control connection is keyed: admission,
+    /// the request, the data path and the transfer.
+    fn run_session(
+        &self,
+        control: DataConn,
+        mut est: handshake::Established,
+        udp: Option<udp::UdpChannel>,
+        progress: Arc<Progress>,
+    ) -> Result<String, TransferError> {
         let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
         // Listed from now on, so data connections dialled right behind the
         // request find their session; they join once it is accepted.
@@ -496,6 +601,7 @@ impl Server {
             streams,
             frame_max: budget.frame_max,
         });
+        let accepted_at = Instant::now();
         let joined = ctrl_w
             .send_msg(&Msg::Accept {
                 session: session_id,
@@ -507,7 +613,8 @@ impl Server {
             .and_then(|()| match req.transport {
                 TRANSPORT_UDP => self.udp_or_streams(
                     udp,
-                    &est,
+                    &mut est,
+                    accepted_at,
                     protection,
                     &mut ctrl_r,
                     &rx,
@@ -527,6 +634,9 @@ impl Server {
             });
         }
         let plan = joined?;
+        if est.rtt.is_zero() {
+            est.rtt = accepted_at.elapsed();
+        }
         if let Side::Tunnel(target) = &side {
             let DataPlan::Tcp(conns) = plan else {
                 return Err(TransferError::new(
@@ -634,12 +744,7 @@ impl Server {
     /// A UDP socket for a session's data channel, on the local address of
     /// its control connection, inside `--data-ports` if given (P-23).
     fn open_udp(&self, local: std::io::Result<SocketAddr>) -> Option<udp::UdpChannel> {
-        let bound = local.and_then(|a| {
-            connect::ports::PortRange::bind(self.cfg.data_ports, a.ip(), udp::UdpChannel::bind)
-        });
-        bound
-            .inspect_err(|e| tracing::warn!("cannot open a UDP socket for the data channel: {e}"))
-            .ok()
+        open_data_socket(local.map(|a| a.ip()), self.cfg.data_ports)
     }
 
     /// After a UDP request: answer the client's hello and probes (if a UDP
@@ -649,7 +754,8 @@ impl Server {
     fn udp_or_streams(
         &self,
         channel: Option<udp::UdpChannel>,
-        est: &handshake::Established,
+        est: &mut handshake::Established,
+        accepted_at: Instant,
         protection: Protection,
         ctrl_r: &mut connect::framed::FrameReader,
         joined: &mpsc::Receiver<Joined>,
@@ -672,6 +778,11 @@ impl Server {
             let answered = responder.map(|r| r.join().expect("responder does not panic"));
             (answered, choice)
         });
+        // A session keyed over ssh had no handshake to time: the client's
+        // choice answers the acceptance one round trip later.
+        if est.rtt.is_zero() {
+            est.rtt = accepted_at.elapsed();
+        }
         match choice {
             Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
                 tracing::info!("client could not use UDP; falling back to TCP streams");
@@ -713,6 +824,17 @@ impl Server {
             Err(e) => Err(e.into_transfer("waiting for the client's choice of transport")),
         }
     }
+}
+
+/// A UDP socket for a session's data channel on `ip`, inside `ports` if
+/// given (P-23); `None`, logged, if none opens.
+pub fn open_data_socket(
+    ip: std::io::Result<std::net::IpAddr>,
+    ports: Option<connect::ports::PortRange>,
+) -> Option<udp::UdpChannel> {
+    ip.and_then(|ip| connect::ports::PortRange::bind(ports, ip, udp::UdpChannel::bind))
+        .inspect_err(|e| tracing::warn!("cannot open a UDP socket for the data channel: {e}"))
+        .ok()
 }
 
 fn rate_of(req: &Request) -> Option<u64> {

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use secure::Keypair;
-use wire::stdio::Greeting;
+use secure::{ssh_start_answer, Keypair, SessionKeys};
+use wire::stdio::{Greeting, HsLine};
 use wire::{ErrorCode, PROTOCOL_VERSION};
 
 use crate::{Client, WAIT};
@@ -46,6 +46,27 @@ impl StdioServer {
     /// Starts `HAUL serve --stdio --listen 127.0.0.1:0 ARGS...` and swaps
     /// greetings with it.
     pub fn start(haul: &Path, args: &[&str]) -> Result<StdioServer, TransferError> {
+        Ok(StdioServer::start_with(haul, args, false)?.0)
+    }
+
+    /// As [`StdioServer::start`], with the keyed start in the greetings
+    /// (P-27): also the session keys they agreed.
+    pub fn start_keyed(
+        haul: &Path,
+        args: &[&str],
+    ) -> Result<(StdioServer, SessionKeys), TransferError> {
+        let (server, keys) = StdioServer::start_with(haul, args, true)?;
+        let keys = keys.ok_or_else(|| {
+            TransferError::new(ErrorCode::Protocol, "the greeting answered no handshake")
+        })?;
+        Ok((server, keys))
+    }
+
+    fn start_with(
+        haul: &Path,
+        args: &[&str],
+        keyed: bool,
+    ) -> Result<(StdioServer, Option<SessionKeys>), TransferError> {
         let mut child = Command::new(haul)
             .args(["serve", "--stdio", "--listen", "127.0.0.1:0"])
             .args(args)
@@ -61,6 +82,9 @@ impl StdioServer {
             key: identity.public.0,
             port: None,
             addr: None,
+            udp: None,
+            hs: None,
+            keyed,
         };
         let mut stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
@@ -92,7 +116,23 @@ impl StdioServer {
             )
         })?;
         server.port = theirs.port.unwrap_or(0);
-        Ok(server)
+        let keys = match (keyed, theirs.hs.as_deref()) {
+            (true, Some(m1)) => {
+                let (m2, keys) = ssh_start_answer(PROTOCOL_VERSION, &theirs.key, m1)
+                    .map_err(|e| TransferError::new(ErrorCode::Auth, e.to_string()))?;
+                if let Some(stdin) = server.stdin.as_mut() {
+                    let _ = stdin.write_all(HsLine(m2).encode().as_bytes());
+                    let _ = stdin.flush();
+                }
+                Some(keys)
+            }
+            _ => None,
+        };
+        Ok((server, keys))
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        ([127, 0, 0, 1], self.port).into()
     }
 
     /// A hostile client connected and authenticated with the one-time key.

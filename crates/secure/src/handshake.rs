@@ -60,7 +60,7 @@ impl Drop for SessionKeys {
 }
 
 impl SessionKeys {
-    fn new(
+    pub(crate) fn new(
         client_random: &[u8; 32],
         server_random: &[u8; 32],
         handshake_hash: &[u8],

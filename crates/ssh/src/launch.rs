@@ -6,10 +6,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secure::PublicKey;
-use wire::stdio::{Greeting, MAX_GREETING_LEN};
+use wire::stdio::{Greeting, HsLine, MAX_GREETING_LEN};
 use wire::{ErrorCode, PROTOCOL_VERSION};
 
 use crate::relay::ClientRelay;
@@ -59,6 +61,14 @@ pub struct SshLink {
     /// (direct, or the relay's), for further sessions ([`super::reconnect`]).
     pub(crate) identity: Option<secure::Keypair>,
     pub(crate) reached: Option<SocketAddr>,
+    /// The session keys the greetings agreed, if the remote side answered
+    /// the client's half of the ssh start's handshake (P-27).
+    pub(crate) keys: Option<secure::SessionKeys>,
+    /// The UDP port the remote greeting named for that session.
+    pub(crate) udp_port: Option<u16>,
+    /// Whether data went through the ssh channel (the relay may carry
+    /// only the control connection of a keyed session).
+    pub(crate) data_relayed: Arc<AtomicBool>,
 }
 
 impl SshSpec {
@@ -128,6 +138,10 @@ impl SshLink {
             key: key.0,
             port: None,
             addr: None,
+            udp: None,
+            hs: None,
+            // We answer a keyed start on the next line (P-27).
+            keyed: true,
         };
         // If ssh is already gone, its exit status says why, below.
         let _ = stdin
@@ -179,6 +193,31 @@ impl SshLink {
             ));
         }
         let port = theirs.port.unwrap_or_default();
+        // The keyed start: message one came in the remote greeting, our
+        // answer goes right behind our own greeting, and both sides hold
+        // the session's keys (P-27).
+        let keys = match theirs.hs.as_deref() {
+            Some(m1) => match secure::ssh_start_answer(PROTOCOL_VERSION, &theirs.key, m1) {
+                Ok((m2, keys)) => {
+                    let _ = stdin
+                        .write_all(HsLine(m2).encode().as_bytes())
+                        .and_then(|()| stdin.flush());
+                    Some(keys)
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(TransferError::new(
+                        ErrorCode::Auth,
+                        format!(
+                            "the remote haul on {} sent a keyed start this haul cannot answer ({e})",
+                            spec.host
+                        ),
+                    ));
+                }
+            },
+            None => None,
+        };
         Ok(SshLink {
             child,
             stdin: Some(stdin),
@@ -190,6 +229,9 @@ impl SshLink {
             remote_release: theirs.release,
             identity: None,
             reached: None,
+            keys,
+            udp_port: theirs.udp,
+            data_relayed: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -213,9 +255,14 @@ impl SshLink {
         Ok(addr)
     }
 
+    /// The relay's loopback address, once relaying.
+    pub(crate) fn relay_addr(&self) -> Option<SocketAddr> {
+        self.relay.as_ref().map(|r| r.addr())
+    }
+
     /// Whether data travels through the ssh channel.
     pub fn relayed(&self) -> bool {
-        self.relay.is_some()
+        self.data_relayed.load(Ordering::Relaxed)
     }
 
     /// Closes the channel; the remote side exits. Waits for it a little,

@@ -38,12 +38,13 @@ pub const DIRECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `Err` says what each did.
 fn dial_direct(
     candidates: &[std::net::SocketAddr],
-    cfg: &ClientConfig,
+    tuning: &connect::net::Tuning,
+    timeout: Duration,
 ) -> Result<(std::net::SocketAddr, std::net::TcpStream), String> {
     if candidates.is_empty() {
         return Err("the remote side named no address this host can resolve".into());
     }
-    let deadline = Instant::now() + DIRECT_TIMEOUT.min(cfg.connect_timeout);
+    let deadline = Instant::now() + DIRECT_TIMEOUT.min(timeout);
     let mut reasons = Vec::new();
     for addr in candidates {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -51,7 +52,7 @@ fn dial_direct(
             reasons.push(format!("{addr}: not tried, time is up"));
             continue;
         }
-        match connect::net::connect(addr, &cfg.tuning, left) {
+        match connect::net::connect(addr, tuning, left) {
             Ok(s) => return Ok((*addr, s)),
             Err(e) => reasons.push(match e.kind() {
                 std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
@@ -69,10 +70,16 @@ fn dial_direct(
 /// hosts can reach each other (unless `through_ssh`), else through the ssh
 /// channel, on one stream. `cfg`'s identity, trust and addresses are
 /// replaced by the one-time ones; the link must outlive the transfer.
+///
+/// With `fast` (a copy), a remote side that answered the greetings'
+/// handshake gets a keyed session: its control connection through the ssh
+/// channel at once, its data directly where a direct connection answers
+/// (tried meanwhile), through the channel where none does (P-27).
 pub fn connect(
     mut cfg: ClientConfig,
     spec: &SshSpec,
     through_ssh: bool,
+    fast: bool,
 ) -> Result<(Connected, SshLink), TransferError> {
     let started = Instant::now();
     let identity = Keypair::generate();
@@ -87,8 +94,13 @@ pub fn connect(
     cfg.identity = identity;
     cfg.trust = ServerTrust::Key(link.server_key);
     cfg.port = link.port;
+    let keys = link.keys.take();
+    if let (true, false, Some(keys), Some(&direct)) = (fast, through_ssh, keys, link.direct.first())
+    {
+        return keyed(cfg, link, keys, direct, started);
+    }
     if !through_ssh {
-        match dial_direct(&link.direct, &cfg) {
+        match dial_direct(&link.direct, &cfg.tuning, cfg.connect_timeout) {
             Ok((addr, stream)) => {
                 tracing::info!(
                     "connected directly to {addr} at {:.2}s",
@@ -118,9 +130,39 @@ pub fn connect(
     }
     let relay = link.relay()?;
     link.reached = Some(relay);
+    link.data_relayed
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     through_relay(&mut cfg, relay);
     let (addr, stream) = Connected::dial_first(&cfg)?;
     Ok((Connected::establish(cfg, addr, stream, started)?, link))
+}
+
+/// A session keyed in the greetings: control through the relay now, data
+/// where the direct check (run meanwhile) says.
+fn keyed(
+    cfg: ClientConfig,
+    mut link: SshLink,
+    keys: secure::SessionKeys,
+    direct: std::net::SocketAddr,
+    started: Instant,
+) -> Result<(Connected, SshLink), TransferError> {
+    let (candidates, tuning, timeout) =
+        (link.direct.clone(), cfg.tuning.clone(), cfg.connect_timeout);
+    let check = std::thread::Builder::new()
+        .name("direct-check".into())
+        .spawn(move || dial_direct(&candidates, &tuning, timeout))
+        .map_err(|e| TransferError::new(wire::ErrorCode::Other, format!("cannot start: {e}")))?;
+    let relay = link.relay()?;
+    let stream = std::net::TcpStream::connect(relay)
+        .map_err(|e| TransferError::lost("connecting to the ssh relay", &e))?;
+    let route = endpoint::client::SshRoute::new(direct, check, relay, link.data_relayed.clone());
+    let udp_port = link.udp_port.unwrap_or(0);
+    let conn = Connected::keyed(cfg, stream, keys, udp_port, route, started)?;
+    tracing::info!(
+        "session keyed over ssh; control through the ssh channel at {:.2}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok((conn, link))
 }
 
 /// One stream of TCP through the relay's local address.
@@ -136,11 +178,24 @@ fn through_relay(cfg: &mut ClientConfig, relay: std::net::SocketAddr) {
 /// first one took (`haul probe` runs several).
 pub fn reconnect(mut cfg: ClientConfig, link: &SshLink) -> Result<Connected, TransferError> {
     let started = Instant::now();
-    let (Some(identity), Some(reached)) = (&link.identity, link.reached) else {
+    let Some(identity) = &link.identity else {
         return Err(TransferError::new(
             wire::ErrorCode::Other,
             "no session was made over this ssh link yet",
         ));
+    };
+    // A keyed first session (P-27) left no address: its route decides.
+    let reached = match (link.reached, link.relay_addr()) {
+        (Some(r), _) => r,
+        (None, Some(relay)) if link.relayed() => relay,
+        (None, _) => dial_direct(&link.direct, &cfg.tuning, cfg.connect_timeout)
+            .map(|(a, _)| a)
+            .map_err(|why| {
+                TransferError::new(
+                    wire::ErrorCode::Connect,
+                    format!("no direct connection to {} any more: {why}", cfg.host),
+                )
+            })?,
     };
     if link.relayed() {
         if cfg.transport == Transport::Udp {

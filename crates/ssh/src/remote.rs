@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 
 use secure::{Keypair, PublicKey};
 use store::Root;
-use wire::stdio::{Greeting, MAX_GREETING_LEN};
+use wire::stdio::{Greeting, HsLine, MAX_GREETING_LEN};
 use wire::{ErrorCode, PROTOCOL_VERSION};
 
 use crate::relay::Mux;
@@ -17,7 +17,7 @@ use crate::release::RELEASE;
 use connect::error::TransferError;
 use connect::net::{self, Tuning};
 use connect::ports::PortRange;
-use endpoint::server::{serve_on, ClientKeys, ServerConfig};
+use endpoint::server::{serve_on, ClientKeys, Prekeyed, ServerConfig};
 use tunnel_driver::TunnelTargets;
 
 pub struct StdioOptions {
@@ -85,12 +85,31 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
     } else {
         Some(bound.ip())
     };
+    // Message one of the keyed start rides in our greeting, and a UDP
+    // socket waits for that session's data channel (P-27): the greeting
+    // goes at once, waiting for nothing.
+    let start = secure::SshStartServer::start(PROTOCOL_VERSION, &key.public.0)
+        .inspect_err(|e| tracing::warn!("cannot start the keyed start's handshake: {e}"))
+        .ok();
+    let (start, hs) = match start {
+        Some((s, m1)) => (Some(s), Some(m1)),
+        None => (None, None),
+    };
+    let udp_socket = start
+        .as_ref()
+        .and_then(|_| endpoint::server::open_data_socket(Ok(bound.ip()), opts.data_ports));
     let ours = Greeting {
         protocol: PROTOCOL_VERSION,
         release: RELEASE.to_string(),
         key: key.public.0,
         port: Some(bound.port()),
         addr: advertised.map(|a| a.to_string()),
+        udp: udp_socket
+            .as_ref()
+            .and_then(|c| c.local_addr().ok())
+            .map(|a| a.port()),
+        hs,
+        keyed: false,
     };
     let lost = |e: std::io::Error| TransferError::lost("greeting the client over ssh", &e);
     let mut stdout = std::io::stdout();
@@ -98,12 +117,16 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
     stdout.flush().map_err(lost)?;
 
     let mut input = BufReader::new(std::io::stdin());
-    let mut line = Vec::new();
-    (&mut input)
-        .take(MAX_GREETING_LEN as u64)
-        .read_until(b'\n', &mut line)
-        .map_err(lost)?;
-    let theirs = Greeting::decode(&String::from_utf8_lossy(&line)).map_err(|e| {
+    let mut read_line = |what: &str| -> Result<String, TransferError> {
+        let mut line = Vec::new();
+        (&mut input)
+            .take(MAX_GREETING_LEN as u64)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| TransferError::lost(what, &e))?;
+        Ok(String::from_utf8_lossy(&line).into_owned())
+    };
+    let line = read_line("reading the client's greeting")?;
+    let theirs = Greeting::decode(&line).map_err(|e| {
         TransferError::new(
             ErrorCode::Protocol,
             format!("the client did not greet as haul does over ssh ({e})"),
@@ -118,6 +141,27 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
             ),
         ));
     }
+    // A client that takes the keyed start answers on the next line.
+    let prekeyed = match (start, theirs.keyed) {
+        (Some(start), true) => {
+            let line = read_line("reading the client's handshake")?;
+            let keys = HsLine::decode(&line)
+                .map_err(|e| e.to_string())
+                .and_then(|l| start.finish(&l.0).map_err(|e| e.to_string()))
+                .map_err(|e| {
+                    TransferError::new(
+                        ErrorCode::Protocol,
+                        format!("the client answered the keyed start wrongly ({e})"),
+                    )
+                })?;
+            Some(Prekeyed {
+                keys,
+                peer: PublicKey(theirs.key),
+                udp: udp_socket,
+            })
+        }
+        _ => None,
+    };
 
     let tunnel_to =
         TunnelTargets::for_stdio(opts.tunnel_to, opts.root.is_some() || forced_command());
@@ -142,6 +186,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         require_encryption: opts.require_encryption,
         max_tunnels: 4,
         memory: endpoint::server::DAEMON_MEMORY,
+        prekeyed,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

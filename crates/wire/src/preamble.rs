@@ -17,8 +17,10 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// (P-34); version 7 block-exact resume (P-35); version 8 the handshake's
 /// wishes and answer, which offer the UDP port a round trip sooner (P-3,
 /// P-23); version 9 the probe request (P-36); version 10 tunnels
-/// (P-37); version 11 data connections that join before `Accept` (P-20).
-pub const PROTOCOL_VERSION: u16 = 12;
+/// (P-37); version 11 data connections that join before `Accept` (P-20);
+/// version 13 the ssh start's handshake in the greetings and its keyed
+/// control connection (P-27).
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
@@ -29,6 +31,10 @@ pub enum ConnKind {
     Control,
     /// Sealed block frames of an established session.
     Data,
+    /// The control connection of a session whose keys were agreed in the
+    /// ssh greetings (P-27): a join frame on stream 0, then sealed control
+    /// messages, with no handshake of its own.
+    Keyed,
 }
 
 /// Client → server, first bytes of a connection.
@@ -49,6 +55,7 @@ impl Preamble {
         w.u8(match self.kind {
             ConnKind::Control => 0,
             ConnKind::Data => 1,
+            ConnKind::Keyed => 2,
         });
         w.bytes(&self.session).u16(self.stream);
         let mut out = [0u8; PREAMBLE_LEN];
@@ -68,6 +75,7 @@ impl Preamble {
         let kind = match r.u8()? {
             0 => ConnKind::Control,
             1 => ConnKind::Data,
+            2 => ConnKind::Keyed,
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "connection kind",

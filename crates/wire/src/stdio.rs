@@ -17,8 +17,11 @@ pub const MAX_RELAY_PAYLOAD: usize = 256 << 10;
 /// Encoded length of a relay frame's header.
 pub const RELAY_HEADER_LEN: usize = 1 + 4 + 4;
 
+/// Longest handshake message a greeting carries (`hs=`), in bytes.
+pub const MAX_GREETING_HS: usize = 128;
+
 /// One side's greeting (P-27): `haul-ssh PROTO VERSION key=HEX [port=N]
-/// [addr=IP]`. Both sides send one as soon as they start; unknown `k=v`
+/// [addr=IP] [udp=N] [hs=HEX] [keyed]`. Both sides send one as soon as they start; unknown `k=v`
 /// words are ignored so that later releases can add some.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Greeting {
@@ -33,6 +36,14 @@ pub struct Greeting {
     /// Server only: the address the ssh connection reached it at, where
     /// the client should try to connect directly.
     pub addr: Option<String>,
+    /// Server only: the UDP port it opened for the session's data channel.
+    pub udp: Option<u16>,
+    /// Server only: message one of the keyed start (P-27). Without it the
+    /// session is keyed by a handshake on its control connection.
+    pub hs: Option<Vec<u8>>,
+    /// Client only: it answers a server's `hs` with an [`HsLine`] right
+    /// after this greeting (P-27).
+    pub keyed: bool,
 }
 
 fn word_ok(s: &str) -> bool {
@@ -57,6 +68,15 @@ impl Greeting {
         }
         if let Some(a) = self.addr.as_deref().filter(|a| word_ok(a)) {
             s.push_str(&format!(" addr={a}"));
+        }
+        if let Some(p) = self.udp {
+            s.push_str(&format!(" udp={p}"));
+        }
+        if let Some(h) = self.hs.as_deref().filter(|h| h.len() <= MAX_GREETING_HS) {
+            s.push_str(&format!(" hs={}", crate::hex::encode(h)));
+        }
+        if self.keyed {
+            s.push_str(" keyed");
         }
         s.push('\n');
         s
@@ -90,7 +110,14 @@ impl Greeting {
             .filter(|w| word_ok(w))
             .ok_or(DecodeError::Invalid("greeting has no release"))?
             .to_string();
-        let (mut key, mut port, mut addr) = (None, None, None);
+        let (mut key, mut port, mut addr, mut udp, mut hs) = (None, None, None, None, None);
+        let mut keyed = false;
+        let port_of = |v: &str, what: &'static str| {
+            v.parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or(DecodeError::Invalid(what))
+        };
         for w in words {
             match w.split_once('=') {
                 Some(("key", v)) => {
@@ -99,15 +126,15 @@ impl Greeting {
                             .ok_or(DecodeError::Invalid("greeting key is not 64 hex digits"))?,
                     )
                 }
-                Some(("port", v)) => {
-                    port = Some(
-                        v.parse::<u16>()
-                            .ok()
-                            .filter(|p| *p != 0)
-                            .ok_or(DecodeError::Invalid("greeting port is not 1..65535"))?,
-                    )
+                Some(("port", v)) => port = Some(port_of(v, "greeting port is not 1..65535")?),
+                Some(("udp", v)) => udp = Some(port_of(v, "greeting udp port is not 1..65535")?),
+                Some(("hs", v)) => {
+                    hs = Some(crate::hex::decode(v, MAX_GREETING_HS).ok_or(
+                        DecodeError::Invalid("greeting handshake is not hex of 128 bytes or fewer"),
+                    )?)
                 }
                 Some(("addr", v)) if word_ok(v) => addr = Some(v.to_string()),
+                None if w == "keyed" => keyed = true,
                 _ => {}
             }
         }
@@ -117,7 +144,50 @@ impl Greeting {
             key: key.ok_or(DecodeError::Invalid("greeting has no key"))?,
             port,
             addr,
+            udp,
+            hs,
+            keyed,
         })
+    }
+}
+
+/// First word of the client's answer to a keyed start.
+pub const HS_MAGIC: &str = "haul-ssh-hs";
+
+/// The client's answer to the `hs` of a remote greeting (P-27): `haul-ssh-hs
+/// HEX`, the line right after a greeting that said `keyed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HsLine(pub Vec<u8>);
+
+impl HsLine {
+    /// The line, newline included.
+    pub fn encode(&self) -> String {
+        format!("{HS_MAGIC} {}\n", crate::hex::encode(&self.0))
+    }
+
+    /// Parses one line (with or without its newline).
+    pub fn decode(line: &str) -> Result<HsLine, DecodeError> {
+        if line.len() > MAX_GREETING_LEN {
+            return Err(DecodeError::TooLong {
+                what: "handshake line",
+                len: line.len(),
+                max: MAX_GREETING_LEN,
+            });
+        }
+        let mut words = line.split_ascii_whitespace();
+        if words.next() != Some(HS_MAGIC) {
+            return Err(DecodeError::Invalid("not a haul-ssh-hs line"));
+        }
+        let msg = words
+            .next()
+            .and_then(|w| crate::hex::decode(w, MAX_GREETING_HS))
+            .ok_or(DecodeError::Invalid(
+                "the handshake line is not hex of 128 bytes or fewer",
+            ))?;
+        if words.next().is_some() {
+            return Err(DecodeError::Invalid("the handshake line has more words"));
+        }
+        Ok(HsLine(msg))
     }
 }
 
@@ -197,6 +267,9 @@ mod tests {
             key: [7; 32],
             port: Some(40123),
             addr: Some("192.0.2.7".into()),
+            udp: Some(40124),
+            hs: Some(vec![1, 2, 3]),
+            keyed: false,
         }
     }
 
@@ -207,6 +280,9 @@ mod tests {
         let client = Greeting {
             port: None,
             addr: None,
+            udp: None,
+            hs: None,
+            keyed: true,
             ..g.clone()
         };
         assert_eq!(Greeting::decode(&client.encode()).unwrap(), client);
@@ -221,6 +297,19 @@ mod tests {
         assert!(
             Greeting::decode(&format!("haul-ssh 3 0.1 key={} port=0", "0".repeat(64))).is_err()
         );
+        let k = "0".repeat(64);
+        assert!(Greeting::decode(&format!("haul-ssh 3 0.1 key={k} udp=0")).is_err());
+        assert!(Greeting::decode(&format!("haul-ssh 3 0.1 key={k} hs=0")).is_err());
+        let long = "00".repeat(MAX_GREETING_HS + 1);
+        assert!(Greeting::decode(&format!("haul-ssh 3 0.1 key={k} hs={long}")).is_err());
+        // The answer line.
+        let hs = HsLine(vec![7; 48]);
+        assert_eq!(HsLine::decode(&hs.encode()).unwrap(), hs);
+        assert!(HsLine::decode("haul-ssh-hs").is_err());
+        assert!(HsLine::decode("haul-ssh-hs 0").is_err());
+        assert!(HsLine::decode("haul-ssh-hs 00 11").is_err());
+        assert!(HsLine::decode(&format!("haul-ssh-hs {long}")).is_err());
+        assert!(HsLine::decode("haul-ssh 13 x").is_err());
     }
 
     #[test]
@@ -254,6 +343,13 @@ mod tests {
         #[test]
         fn greeting_decoder_never_panics(s in "\\PC{0,300}") {
             let _ = Greeting::decode(&s);
+            let _ = HsLine::decode(&s);
+        }
+
+        #[test]
+        fn hs_lines_round_trip(msg in proptest::collection::vec(any::<u8>(), 1..=MAX_GREETING_HS)) {
+            let l = HsLine(msg);
+            prop_assert_eq!(HsLine::decode(&l.encode()).unwrap(), l);
         }
 
         #[test]
@@ -263,8 +359,11 @@ mod tests {
             key: [u8; 32],
             port in proptest::option::of(1u16..),
             addr in proptest::option::of("[0-9a-f:.]{1,40}"),
+            udp in proptest::option::of(1u16..),
+            hs in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..=MAX_GREETING_HS)),
+            keyed: bool,
         ) {
-            let g = Greeting { protocol, release, key, port, addr };
+            let g = Greeting { protocol, release, key, port, addr, udp, hs, keyed };
             prop_assert_eq!(Greeting::decode(&g.encode()).unwrap(), g);
         }
 

@@ -25,6 +25,7 @@ use connect::sizing::{size_udp_buffers, udp_buffer};
 
 use super::config::{choose_transport, ClientConfig, ServerTrust, Transport};
 use super::report::Tail;
+use super::route::SshRoute;
 
 /// How long a push waits for a zero scan that has found nothing but zeros
 /// so far, to send it without data connections (P-29): up to a round trip,
@@ -48,11 +49,13 @@ pub struct Connected {
     /// up, over this span, and what they showed (P-36).
     pub(super) echo_span: Option<Duration>,
     pub(super) echo: Option<datagram::echo::EchoReport>,
+    /// A session keyed in the ssh greetings: where its data goes (P-27).
+    pub(super) route: Option<SshRoute>,
 }
 
 /// The client's UDP socket once its hello has gone (P-23), with the
 /// session's datagram keys.
-struct HelloSent {
+pub(super) struct HelloSent {
     channel: udp::UdpChannel,
     hello: setup::Hello,
     send_key: secure::DatagramKey,
@@ -118,6 +121,11 @@ impl Dialer {
             timeout: cfg.connect_timeout,
             tuning,
         }
+    }
+
+    /// Tunes a connection made before the data path was sized.
+    fn tune(&self, s: &TcpStream) {
+        net::tune_accepted(s, &self.tuning);
     }
 
     fn connect(&self, addr: &SocketAddr) -> Result<TcpStream, TransferError> {
@@ -257,6 +265,7 @@ impl Connected {
             progress,
             echo_span: None,
             echo: None,
+            route: None,
         })
     }
 
@@ -359,6 +368,7 @@ impl Connected {
     pub(super) fn request(&mut self, req: Request) -> Result<(DataPlan, bool), TransferError> {
         let requested = req.streams;
         let asked_udp = req.transport == TRANSPORT_UDP;
+        let asked_at = Instant::now();
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
         // The hello rides right behind the request, to the port message two
         // named; the server answers it once it accepts (P-23).
@@ -366,8 +376,10 @@ impl Connected {
         // So do the data connections, all at once: the server holds their
         // joins until it accepts (P-20), so their round trip overlaps the
         // answer's instead of following it, one per connection.
-        let joining =
-            (!asked_udp && requested > 0 && sent.is_ok()).then(|| self.dial_streams(requested));
+        // A keyed session's streams wait for its direct check, so that
+        // none joins twice by two routes.
+        let joining = (!asked_udp && requested > 0 && sent.is_ok() && self.route.is_none())
+            .then(|| self.dial_streams(requested));
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("sending the request", &e))?;
@@ -390,6 +402,13 @@ impl Connected {
             Err(e) => return Err(e.into_transfer("waiting for the server's answer")),
         };
         self.progress.timeline.mark(Mark::Accepted);
+        let mut hello = hello;
+        if self.route.is_some() {
+            // No handshake timed the path: the answer did, through the ssh
+            // channel (which adds its own little time to it).
+            self.rtt = asked_at.elapsed();
+            hello = self.settle_route(hello)?;
+        }
         let refusal = if session != self.keys.session_id() {
             Some("server named another session".to_string())
         } else if streams == 0 || streams > requested {
@@ -479,7 +498,7 @@ impl Connected {
 
     /// Dials data connections `1..=streams` and joins them to the session
     /// (P-20), each on its own thread.
-    fn dial_streams(&self, streams: u16) -> Joining {
+    fn dial_streams(&mut self, streams: u16) -> Joining {
         // The RTT is known now: where buffers can be forced, size each data
         // connection's to its share of the path's BDP instead of the maximum.
         let mut tuning = self.cfg.tuning.clone();
@@ -487,12 +506,21 @@ impl Connected {
             tuning.force_buffer = Some(stream_buffer(self.rtt, self.target_rate(), streams));
         }
         let dialer = Dialer::new(&self.cfg, tuning);
+        // A keyed session's direct check left a connection: stream 1.
+        let mut spare = self.route.as_mut().and_then(|r| r.spare.take());
         (1..=streams)
             .map(|i| {
-                let (dialer, addr, keys) = (dialer.clone(), self.addr, self.keys.clone());
+                let (dialer, addr, keys) = (dialer.clone(), self.data_addr(), self.keys.clone());
                 let (protection, progress) = (self.cfg.protection, self.progress());
+                let ready = spare.take();
                 std::thread::spawn(move || {
-                    let s = dialer.connect(&addr)?;
+                    let s = match ready {
+                        Some(s) => {
+                            dialer.tune(&s);
+                            s
+                        }
+                        None => dialer.connect(&addr)?,
+                    };
                     client_join(s, &keys, i, protection, &progress)
                 })
             })
@@ -501,11 +529,11 @@ impl Connected {
 
     /// Opens the client's UDP socket and sends the hello to the port the
     /// server opened in the handshake (P-23).
-    fn udp_hello(&self) -> Result<HelloSent, String> {
+    pub(super) fn udp_hello(&self) -> Result<HelloSent, String> {
         if self.udp_port == 0 {
             return Err("the server offered no UDP port".into());
         }
-        let server = SocketAddr::new(self.addr.ip(), self.udp_port);
+        let server = SocketAddr::new(self.data_addr().ip(), self.udp_port);
         let local: SocketAddr = if server.is_ipv6() {
             "[::]:0".parse().expect("literal")
         } else {

@@ -3,14 +3,18 @@
 //!
 //! - `config`: what a client is set up with.
 //! - `connected`: dialing, the handshake and the request.
+//! - `keyed`: a session keyed in the ssh greetings (P-27); `route`:
+//!   where its data goes.
 //! - `ops`: each operation (push, pull, list, probe, tunnel), from the
 //!   request to the report.
 //! - `report`: what comes back.
 
 mod config;
 mod connected;
+mod keyed;
 mod ops;
 mod report;
+mod route;
 
 pub use config::{
     choose_transport, Advice, ClientConfig, KnownPath, Notice, Route, ServerTrust, Transport,
@@ -18,3 +22,4 @@ pub use config::{
 };
 pub use connected::{auto_streams, stream_buffer, Connected};
 pub use report::{ProbeRun, Report, UdpReport};
+pub use route::SshRoute;
