@@ -21,13 +21,16 @@ use connect::error::TransferError;
 use connect::framed::FrameWriter;
 use connect::handshake;
 use connect::handshake::CONTROL_PROTECTION;
-use connect::join::{self, join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, Joins};
+use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, Joins};
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
 use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW};
 use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
+mod keyed;
 mod limits;
+pub use keyed::Prekeyed;
+use limits::check_request;
 pub use limits::{
     check_policy, data_frame_max, parse_protection, protection_of, SessionBudget, DAEMON_MEMORY,
     SESSION_MEMORY,
@@ -47,16 +50,6 @@ pub enum ClientKeys {
     /// Only this one-time key, sent by the client over ssh
     /// (`haul serve --stdio`, P-27).
     Only(PublicKey),
-}
-
-/// A session whose keys the ssh greetings agreed (P-27): its control
-/// connection joins with them instead of running a handshake.
-pub struct Prekeyed {
-    pub keys: secure::SessionKeys,
-    /// The client's one-time key, from its greeting.
-    pub peer: PublicKey,
-    /// The UDP socket the server's greeting named, if one opened.
-    pub udp: Option<udp::UdpChannel>,
 }
 
 pub struct ServerConfig {
@@ -109,7 +102,7 @@ struct Server {
     greeting: Arc<AtomicUsize>,
     /// The session keyed in the ssh greetings, until its control
     /// connection joins (P-27).
-    prekeyed: std::sync::Mutex<Option<Prekeyed>>,
+    prekeyed: keyed::PrekeyedSlot,
 }
 
 /// Most connections in their greeting at once. Each holds a thread for at
@@ -131,7 +124,7 @@ pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Resu
 pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
     share_one_arena();
     let memory = cfg.memory;
-    let prekeyed = std::sync::Mutex::new(cfg.prekeyed.take());
+    let prekeyed = keyed::PrekeyedSlot::new(cfg.prekeyed.take());
     let server = Arc::new(Server {
         cfg,
         joins: Joins::default(),
@@ -332,47 +325,9 @@ impl Server {
         pre: &wire::Preamble,
         greeting: Greeting,
     ) -> Result<String, TransferError> {
-        let session = pre.session;
-        let none = || {
-            TransferError::new(
-                ErrorCode::Protocol,
-                "a keyed control connection for no session started over ssh (or one already joined)",
-            )
-        };
-        let slot = || self.prekeyed.lock().unwrap_or_else(|p| p.into_inner());
-        // The join is checked with a copy of the keys: a connection that
-        // cannot join holds nothing while it tries.
-        let keys = match slot().as_ref() {
-            Some(p) if p.keys.session_id() == session && pre.stream == 0 => p.keys.clone(),
-            _ => return Err(none()),
-        };
-        let progress = Arc::new(Progress::default());
-        let control = join::server_join(stream, &keys, 0, CONTROL_PROTECTION, &progress)?;
-        let p = {
-            let mut slot = slot();
-            match slot.take() {
-                Some(p) if p.keys.session_id() == session => p,
-                other => {
-                    *slot = other;
-                    return Err(none());
-                }
-            }
-        };
+        let (control, est, udp, progress) = self.prekeyed.join(stream, pre)?;
         drop(greeting);
-        let udp_port = p
-            .udp
-            .as_ref()
-            .and_then(|c| c.local_addr().ok())
-            .map_or(0, |a| a.port());
-        // No handshake measured the round trip: it is measured from the
-        // answer to the client's first reply on the data path.
-        let est = handshake::Established {
-            keys: p.keys,
-            rtt: Duration::ZERO,
-            peer: p.peer,
-            udp_port,
-        };
-        self.run_session(control, est, p.udp, progress)
+        self.run_session(control, est, udp, progress)
     }
 
     /// A session from the moment its control connection is keyed: admission,
@@ -839,37 +794,6 @@ pub fn open_data_socket(
 
 fn rate_of(req: &Request) -> Option<u64> {
     (req.rate > 0).then_some(req.rate)
-}
-
-fn check_request(req: &Request) -> Result<(), TransferError> {
-    let bad = |m: &str| Err(TransferError::new(ErrorCode::BadRequest, m.to_string()));
-    // No data connections: a push whose every block the client announces
-    // as zeros, its manifest right behind the request (P-29).
-    let announced_only =
-        req.streams == 0 && req.op == Op::Push && req.transport == wire::TRANSPORT_TCP;
-    if (req.streams == 0 && !announced_only) || req.streams > 256 {
-        return bad("stream count must be 1 to 256 (0 only for a push of zeros over TCP)");
-    }
-    if !(wire::MIN_BLOCK_SIZE..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
-        return bad("block size must be 64 KiB to 16 MiB");
-    }
-    match req.op {
-        Op::Probe { bytes } if bytes > wire::MAX_PROBE_BYTES => {
-            return bad("a probe may ask for 64 GiB at most");
-        }
-        Op::Probe { .. } if !req.paths.is_empty() => return bad("a probe names no path"),
-        Op::Probe { .. } => {}
-        Op::Tunnel if req.paths.len() != 1 => return bad("a tunnel names one target"),
-        Op::Tunnel if req.transport != wire::TRANSPORT_TCP => {
-            return bad("a tunnel travels on TCP streams")
-        }
-        Op::Tunnel => {}
-        _ if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) => {
-            return bad("request names no path");
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// The sender's in-flight window for the request's transport.

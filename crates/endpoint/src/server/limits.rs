@@ -1,7 +1,8 @@
 //! What a client may ask of a server, bounded before anything is
-//! allocated for it (P-39): the protection its request names, against the
-//! server's policy, and the streams it asks for, against the memory a
-//! session may take and what the daemon's sessions may take together.
+//! allocated for it (P-39): the request's counts and sizes (P-21), the
+//! protection it names, against the server's policy, and the streams it
+//! asks for, against the memory a session may take and what the daemon's
+//! sessions may take together.
 
 use secure::Protection;
 use wire::{
@@ -102,6 +103,39 @@ pub fn data_frame_max(block_size: u32) -> u32 {
     let body = block_size.max(transfer::BUNDLE_MAX);
     body.saturating_add(wire::MAX_FRAME_LEN - wire::MAX_BLOCK_SIZE)
         .min(wire::MAX_FRAME_LEN)
+}
+
+/// Whether a request is within what any server serves (P-21): stream
+/// count, block size, and the paths its operation needs.
+pub(super) fn check_request(req: &Request) -> Result<(), TransferError> {
+    let bad = |m: &str| Err(TransferError::new(ErrorCode::BadRequest, m.to_string()));
+    // No data connections: a push whose every block the client announces
+    // as zeros, its manifest right behind the request (P-29).
+    let announced_only =
+        req.streams == 0 && req.op == Op::Push && req.transport == wire::TRANSPORT_TCP;
+    if (req.streams == 0 && !announced_only) || req.streams > 256 {
+        return bad("stream count must be 1 to 256 (0 only for a push of zeros over TCP)");
+    }
+    if !(wire::MIN_BLOCK_SIZE..=wire::MAX_BLOCK_SIZE).contains(&req.block_size) {
+        return bad("block size must be 64 KiB to 16 MiB");
+    }
+    match req.op {
+        Op::Probe { bytes } if bytes > wire::MAX_PROBE_BYTES => {
+            return bad("a probe may ask for 64 GiB at most");
+        }
+        Op::Probe { .. } if !req.paths.is_empty() => return bad("a probe names no path"),
+        Op::Probe { .. } => {}
+        Op::Tunnel if req.paths.len() != 1 => return bad("a tunnel names one target"),
+        Op::Tunnel if req.transport != wire::TRANSPORT_TCP => {
+            return bad("a tunnel travels on TCP streams")
+        }
+        Op::Tunnel => {}
+        _ if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) => {
+            return bad("request names no path");
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
