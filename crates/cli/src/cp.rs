@@ -310,7 +310,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
 
 /// Ends the ssh link once the transfer is over, and notes the route taken.
 fn finish(r: Result<Report, TransferError>, dialer: Dialer) -> Result<Report, TransferError> {
-    let route = dialer.finish();
+    let route = dialer.finish(r.is_ok());
     r.map(|mut r| {
         r.route = route;
         r

@@ -194,7 +194,7 @@ fn probe(a: &ProbeArgs) -> Result<(), TransferError> {
         };
         probe::run(&mut connect, &opts, &note)
     };
-    let route = dialer.finish();
+    let route = dialer.finish(false);
     let found = found?;
     let saved = if a.no_save {
         None

@@ -218,8 +218,10 @@ impl Dialer {
         }
     }
 
-    /// Ends the ssh link, if any; the route the sessions took.
-    pub fn finish(self) -> Route {
+    /// Ends the ssh link, if any; the route the sessions took. After a
+    /// transfer that `completed`, ssh is left to end on its own instead of
+    /// waited for (its exit is a round trip away and says nothing more).
+    pub fn finish(self, completed: bool) -> Route {
         match self.link {
             None if self.spec.is_none() => Route::Daemon,
             None => Route::Ssh,
@@ -229,7 +231,11 @@ impl Dialer {
                 } else {
                     Route::Ssh
                 };
-                l.finish();
+                if completed {
+                    l.release();
+                } else {
+                    l.finish();
+                }
                 route
             }
         }

@@ -123,7 +123,7 @@ fn tunnel(a: &TunnelArgs) -> Result<(), TransferError> {
         std::thread::sleep(STATS_EVERY);
     }
     let _ = std::fs::remove_file(&file);
-    dialer.finish();
+    dialer.finish(false);
     session.wait()?;
     Ok(())
 }

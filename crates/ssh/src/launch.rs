@@ -268,15 +268,27 @@ impl SshLink {
     /// Closes the channel; the remote side exits. Waits for it a little,
     /// then kills ssh.
     pub fn finish(mut self) {
-        self.close();
+        self.close(true);
     }
 
-    fn close(&mut self) {
+    /// The transfer is complete and verified: closes the channel and lets
+    /// ssh end on its own, a round trip later, without waiting for the
+    /// remote side's exit status (which says nothing more). ssh is not
+    /// killed: the remote side still sees its standard input end.
+    pub fn release(mut self) {
+        self.close(false);
+    }
+
+    fn close(&mut self, wait: bool) {
         if let Some(r) = self.relay.take() {
             r.close();
         }
         self.stdin.take();
         self.stdout.take();
+        if !wait {
+            let _ = self.child.try_wait();
+            return;
+        }
         if wait_bounded(&mut self.child, EXIT_GRACE).is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -287,7 +299,7 @@ impl SshLink {
 impl Drop for SshLink {
     fn drop(&mut self) {
         if self.stdin.is_some() || self.relay.is_some() {
-            self.close();
+            self.close(true);
         }
     }
 }
