@@ -461,16 +461,7 @@ start_servers() {
     SSHD_PID=$BG_PID
     if wait_listen_b tcp 22 "$SSHD_PID" sshd "$logf"; then
       if timeout 30 ip netns exec "$NS_A" ssh "${SSH_OPTS[@]}" "root@$ADDR_B" true </dev/null; then
-        # ssh's own login through the link, the yardstick of haul's start
-        # over ssh: `ssh host true`, three times.
-        local i t0 t1 logins=()
-        for i in 1 2 3; do
-          t0=$(date +%s.%N)
-          timeout 30 ip netns exec "$NS_A" ssh "${SSH_OPTS[@]}" "root@$ADDR_B" true </dev/null || break
-          t1=$(date +%s.%N)
-          logins+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')")
-        done
-        ((${#logins[@]})) && echo "ssh-login $VARIANT $PROF_NAME ${logins[*]}" >>"$META.ssh"
+        ssh_login_sample; ssh_login_sample
       else
         tail -n 20 "$logf" >&2; log "WARNING: ssh login through the link failed"
       fi
@@ -656,12 +647,25 @@ tool_haul() { # tool_haul DATASET CAP [--no-encrypt]
 
 # tool_haul_ssh DATASET CAP [--through-ssh]: no daemon; haul starts
 # `haul serve --stdio` on NAME-b through the same sshd scp and rsync use.
+# ssh_login_sample: times `ssh host true` through the link once, ssh's own
+# login and the yardstick of haul's start over ssh, into $META.ssh. Taken
+# when the servers start and right before each run over ssh, so that the
+# two medians come from the same minutes.
+ssh_login_sample() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  timeout 30 ip netns exec "$NS_A" ssh "${SSH_OPTS[@]}" "root@$ADDR_B" true </dev/null || return 0
+  t1=$(date +%s.%N)
+  echo "ssh-login $VARIANT $PROF_NAME $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" >>"$META.ssh"
+}
+
 tool_haul_ssh() {
   local d=$1 cap=$2 flags=() rc=0 json=$TMP_DIR/run.json
   shift 2
   flags=("$@")
   [[ ${DS_KIND[$d]} == tree ]] && flags+=(-r)
   if ((!HAUL_OK)) || [[ -z $SSHD_PID ]]; then R_STATUS=skipped; R_NOTE="haul or sshd unavailable"; return; fi
+  ssh_login_sample
   client "$cap" "$json" "$HAUL" cp --json -q --ssh "${flags[@]}" -e "$SSH_E" --remote-haul "$HAUL" \
     "${DS_PATH[$d]}" "root@$ADDR_B:$RECV/" || rc=$?
   rc_status "$rc" "haul over ssh"

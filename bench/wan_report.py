@@ -204,13 +204,14 @@ def print_table(rows, meta):
 
 def ssh_logins(meta):
     """`ssh-login VARIANT PROFILE SECONDS...` lines: `ssh host true` timed
-    through the same link, before the runs."""
-    out = {}
+    through the same link, when the servers start and before each run over
+    ssh. The median of each cell's samples, and their count."""
+    samples = {}
     for line in meta:
         w = line.split()
         if len(w) > 3 and w[0] == "ssh-login":
-            out[(w[1], w[2])] = med([num(x) for x in w[3:]])
-    return out
+            samples.setdefault((w[1], w[2]), []).extend(num(x) for x in w[3:])
+    return {k: (med(v), len(v)) for k, v in samples.items()}
 
 
 def print_ssh_start(rows, meta):
@@ -218,23 +219,23 @@ def print_ssh_start(rows, meta):
     login (`ssh host true`, timed through the same link)."""
     logins = ssh_logins(meta)
     cells = [r for r in rows if r["tool"] in ("haul-ssh", "haul-ssh-relay") and r.get("first") is not None
-             and logins.get((r["variant"], r["profile"])) is not None]
+             and logins.get((r["variant"], r["profile"]), (None,))[0] is not None]
     if not cells:
         return
     print()
     print("Start over ssh: 'first data' = when haul's first data left (its --json timeline, from process start; "
-          "median); 'ssh login' = `ssh host true` through the same link (median of 3). Goal: first data at most "
-          "one round trip after the login.")
-    h = f"{'variant':8} {'profile':11} {'tool':15} {'ssh login':>9} {'first data':>10} {'after':>7} {'RTTs':>5}  goal"
+          "median); 'ssh login' = `ssh host true` through the same link (median of n samples, taken when the "
+          "servers start and before each run over ssh). Goal: first data at most one round trip after the login.")
+    h = f"{'variant':8} {'profile':11} {'tool':15} {'ssh login':>9} {'n':>3} {'first data':>10} {'after':>7} {'RTTs':>5}  goal"
     print(h)
     print("-" * len(h))
     for r in cells:
-        login = logins[(r["variant"], r["profile"])]
+        login, n = logins[(r["variant"], r["profile"])]
         after = r["first"] - login
         rtts = after / (r["rtt_ms"] / 1e3) if r.get("rtt_ms") else None
         verdict = "" if rtts is None else ("PASS" if rtts <= 1.0 else "FAIL")
-        print(f"{r['variant']:8} {r['profile']:11} {r['tool']:15} {login:>9.3f} {r['first']:>10.3f} {after:>7.3f} "
-              f"{f(rtts, '{:.2f}'):>5}  {verdict}")
+        print(f"{r['variant']:8} {r['profile']:11} {r['tool']:15} {login:>9.3f} {n:>3} {r['first']:>10.3f} "
+              f"{after:>7.3f} {f(rtts, '{:.2f}'):>5}  {verdict}")
 
 
 def plot(rows, path):
