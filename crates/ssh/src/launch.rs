@@ -153,16 +153,8 @@ impl SshLink {
             let status = wait_bounded(&mut child, EXIT_GRACE);
             return Err(no_greeting(spec, status, &noise));
         };
-        let theirs = theirs.map_err(|e| {
-            TransferError::new(
-                ErrorCode::Protocol,
-                format!(
-                    "the remote haul ({:?} on {}) sent a greeting this haul cannot read ({e}); install the same haul release on both hosts (this one is {RELEASE})",
-                    spec.remote_haul, spec.host
-                ),
-            )
-        });
-        let theirs = match theirs {
+        // Whatever is wrong with the greeting ends ssh.
+        let (theirs, keys) = match answer_greeting(spec, theirs, &mut stdin) {
             Ok(g) => g,
             Err(e) => {
                 let _ = child.kill();
@@ -170,54 +162,7 @@ impl SshLink {
                 return Err(e);
             }
         };
-        if theirs.protocol == PROTOCOL_VERSION && theirs.port.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(TransferError::new(
-                ErrorCode::Protocol,
-                format!(
-                    "the remote haul ({:?} on {}) greeted without a port to connect to; is it a client rather than `haul serve --stdio`?",
-                    spec.remote_haul, spec.host
-                ),
-            ));
-        }
-        if theirs.protocol != PROTOCOL_VERSION {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(TransferError::new(
-                ErrorCode::Protocol,
-                format!(
-                    "the remote haul ({:?} on {}) is release {} speaking protocol {}; this haul is release {RELEASE} speaking protocol {PROTOCOL_VERSION}. Install the same release on both hosts, or point --remote-haul at a matching one",
-                    spec.remote_haul, spec.host, theirs.release, theirs.protocol
-                ),
-            ));
-        }
         let port = theirs.port.unwrap_or_default();
-        // The keyed start: message one came in the remote greeting, our
-        // answer goes right behind our own greeting, and both sides hold
-        // the session's keys (P-27).
-        let keys = match theirs.hs.as_deref() {
-            Some(m1) => match secure::ssh_start_answer(PROTOCOL_VERSION, &theirs.key, m1) {
-                Ok((m2, keys)) => {
-                    let _ = stdin
-                        .write_all(HsLine(m2).encode().as_bytes())
-                        .and_then(|()| stdin.flush());
-                    Some(keys)
-                }
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(TransferError::new(
-                        ErrorCode::Auth,
-                        format!(
-                            "the remote haul on {} sent a keyed start this haul cannot answer ({e})",
-                            spec.host
-                        ),
-                    ));
-                }
-            },
-            None => None,
-        };
         Ok(SshLink {
             child,
             stdin: Some(stdin),
@@ -302,6 +247,52 @@ impl Drop for SshLink {
             self.close(true);
         }
     }
+}
+
+/// Checks the remote greeting (it decodes, speaks our protocol, names a
+/// port) and answers its keyed start on `stdin`, right behind our own
+/// greeting: then both sides hold the session's keys (P-27).
+fn answer_greeting(
+    spec: &SshSpec,
+    theirs: Result<Greeting, wire::DecodeError>,
+    stdin: &mut ChildStdin,
+) -> Result<(Greeting, Option<secure::SessionKeys>), TransferError> {
+    let protocol = |m: String| TransferError::new(ErrorCode::Protocol, m);
+    let theirs = theirs.map_err(|e| {
+        protocol(format!(
+            "the remote haul ({:?} on {}) sent a greeting this haul cannot read ({e}); install the same haul release on both hosts (this one is {RELEASE})",
+            spec.remote_haul, spec.host
+        ))
+    })?;
+    if theirs.protocol == PROTOCOL_VERSION && theirs.port.is_none() {
+        return Err(protocol(format!(
+            "the remote haul ({:?} on {}) greeted without a port to connect to; is it a client rather than `haul serve --stdio`?",
+            spec.remote_haul, spec.host
+        )));
+    }
+    if theirs.protocol != PROTOCOL_VERSION {
+        return Err(protocol(format!(
+            "the remote haul ({:?} on {}) is release {} speaking protocol {}; this haul is release {RELEASE} speaking protocol {PROTOCOL_VERSION}. Install the same release on both hosts, or point --remote-haul at a matching one",
+            spec.remote_haul, spec.host, theirs.release, theirs.protocol
+        )));
+    }
+    let Some(m1) = theirs.hs.as_deref() else {
+        return Ok((theirs, None));
+    };
+    let (m2, keys) = secure::ssh_start_answer(PROTOCOL_VERSION, &theirs.key, m1).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Auth,
+            format!(
+                "the remote haul on {} sent a keyed start this haul cannot answer ({e})",
+                spec.host
+            ),
+        )
+    })?;
+    // If ssh is gone, the session's first connection says so.
+    let _ = stdin
+        .write_all(HsLine(m2).encode().as_bytes())
+        .and_then(|()| stdin.flush());
+    Ok((theirs, Some(keys)))
 }
 
 /// Reads up to the greeting line, keeping what came before it (at most
