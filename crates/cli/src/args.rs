@@ -324,7 +324,40 @@ pub struct CpArgs {
     #[command(flatten)]
     pub conn: ConnectArgs,
     #[command(flatten)]
+    pub s3: S3Args,
+    #[command(flatten)]
     pub common: Common,
+}
+
+/// How an `s3://` location's store is reached; credentials follow the AWS
+/// conventions (environment, `~/.aws/credentials` and `config`, instance
+/// metadata).
+#[derive(Args, Clone, Default)]
+pub struct S3Args {
+    /// The profile of ~/.aws/config and ~/.aws/credentials to use for
+    /// s3:// locations (default: AWS_PROFILE, or "default").
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// An S3-compatible store's endpoint for s3:// locations
+    /// (MinIO, Ceph RGW, ...): http://10.0.0.5:9000. Default:
+    /// AWS_ENDPOINT_URL, else AWS itself. Addressing is then path-style.
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// The smallest part of a multipart upload to an s3:// destination
+    /// (5M to 5G; default 8M): bigger parts mean fewer requests; haul
+    /// raises it where an object would need over 10,000 parts.
+    #[arg(long, value_name = "SIZE", value_parser = parse_part_size)]
+    pub s3_part_size: Option<u64>,
+}
+
+impl S3Args {
+    pub fn options(&self) -> s3::S3Options {
+        s3::S3Options {
+            profile: self.profile.clone(),
+            endpoint: self.s3_endpoint.clone(),
+            part_size: self.s3_part_size,
+        }
+    }
 }
 
 /// How a client reaches the other side: a daemon or ssh, its keys, and
@@ -490,6 +523,14 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|v| v.checked_mul(1 << shift))
         .ok_or_else(|| format!("{s:?} is not a size; write it like 10G, 500M or 4096"))
+}
+
+fn parse_part_size(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if !(s3::upload::MIN_PART..=s3::upload::MAX_PART).contains(&v) {
+        return Err("S3 takes parts of 5M to 5G".into());
+    }
+    Ok(v)
 }
 
 fn parse_rate(s: &str) -> Result<u64, String> {

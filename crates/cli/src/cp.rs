@@ -14,16 +14,28 @@ use crate::location::Location;
 use crate::reach::{usage, Dialer, Peer, Reach};
 use crate::report::{self, Bar, Show};
 
+/// What a push sends: local files, or the objects of an `s3://` source.
+enum PushFrom {
+    Files(Vec<PathBuf>),
+    Bucket(s3::S3Url),
+}
+
+/// Where a pull lands: a local path, or an `s3://` destination.
+enum PullTo {
+    Path(String),
+    Bucket(s3::S3Url),
+}
+
 enum Plan {
     Push {
-        sources: Vec<PathBuf>,
+        sources: PushFrom,
         peer: Peer,
         dest: String,
     },
     Pull {
         sources: Vec<String>,
         peer: Peer,
-        dest: String,
+        dest: PullTo,
     },
 }
 
@@ -35,11 +47,44 @@ impl Plan {
     }
 }
 
+fn bucket(s: &str) -> Result<s3::S3Url, TransferError> {
+    s3::S3Url::parse(s).map_err(usage)
+}
+
 fn plan(paths: &[String]) -> Result<Plan, TransferError> {
     let (dst, srcs) = paths
         .split_last()
         .ok_or_else(|| usage("need at least one source and a destination"))?;
     let srcs: Vec<Location> = srcs.iter().map(|s| Location::parse(s)).collect();
+    let remote_sources = |srcs: Vec<Location>, dest: &str| {
+        let mut sources = Vec::new();
+        let mut origin: Option<Peer> = None;
+        for s in srcs {
+            match s {
+                Location::Local(p) | Location::Bucket(p) => {
+                    return Err(usage(format!("both {p:?} and {dest:?} are on this host; haul copies between hosts: name one as host:path")));
+                }
+                Location::Remote {
+                    user,
+                    host,
+                    port,
+                    path,
+                } => {
+                    let peer = Peer { user, host, port };
+                    if origin.as_ref().is_some_and(|o| *o != peer) {
+                        return Err(usage("all remote sources must be on the same host"));
+                    }
+                    origin = Some(peer);
+                    sources.push(if path.is_empty() {
+                        ".".to_string()
+                    } else {
+                        path
+                    });
+                }
+            }
+        }
+        Ok((sources, origin.expect("at least one source")))
+    };
     match Location::parse(dst) {
         Location::Remote {
             user,
@@ -47,13 +92,20 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
             port,
             path,
         } => {
-            let mut sources = Vec::new();
+            let mut files = Vec::new();
+            let mut objects = Vec::new();
             for s in srcs {
                 match s {
-                    Location::Local(p) => sources.push(PathBuf::from(p)),
+                    Location::Local(p) => files.push(PathBuf::from(p)),
+                    Location::Bucket(u) => objects.push(u),
                     Location::Remote { .. } => return Err(usage("copying between two remote hosts is not supported; run haul on one of them")),
                 }
             }
+            let sources = match (files.is_empty(), objects.len()) {
+                (true, 1) => PushFrom::Bucket(bucket(&objects[0])?),
+                (_, 0) => PushFrom::Files(files),
+                _ => return Err(usage("send one s3:// source at a time, without local files beside it; a prefix ending in '/' (with -r) sends many objects")),
+            };
             Ok(Plan::Push {
                 sources,
                 peer: Peer { user, host, port },
@@ -61,37 +113,20 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
             })
         }
         Location::Local(dest) => {
-            let mut sources = Vec::new();
-            let mut origin: Option<Peer> = None;
-            for s in srcs {
-                match s {
-                    Location::Local(p) => {
-                        return Err(usage(format!("both {p:?} and {dest:?} are local; use cp, or name a host as host:path")));
-                    }
-                    Location::Remote {
-                        user,
-                        host,
-                        port,
-                        path,
-                    } => {
-                        let peer = Peer { user, host, port };
-                        if origin.as_ref().is_some_and(|o| *o != peer) {
-                            return Err(usage("all remote sources must be on the same host"));
-                        }
-                        origin = Some(peer);
-                        sources.push(if path.is_empty() {
-                            ".".to_string()
-                        } else {
-                            path
-                        });
-                    }
-                }
-            }
-            let peer = origin.expect("at least one source");
+            let (sources, peer) = remote_sources(srcs, &dest)?;
             Ok(Plan::Pull {
                 sources,
                 peer,
-                dest,
+                dest: PullTo::Path(dest),
+            })
+        }
+        Location::Bucket(dest) => {
+            let url = bucket(&dest)?;
+            let (sources, peer) = remote_sources(srcs, &dest)?;
+            Ok(Plan::Pull {
+                sources,
+                peer,
+                dest: PullTo::Bucket(url),
             })
         }
     }
@@ -247,7 +282,36 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         Show::OnTerminal
     };
     let (direction, report) = match plan {
-        Plan::Push { sources, dest, .. } => {
+        Plan::Push {
+            sources: PushFrom::Bucket(url),
+            dest,
+            ..
+        } => {
+            let store = s3::Store::connect(&a.s3.options())?;
+            let listed = s3::list(&store, &url, a.recursive)?;
+            for s in &listed.skipped {
+                eprintln!("haul: {s}");
+            }
+            let conn = dialer.connect(cfg)?;
+            let bar = Bar::start(conn.progress(), show);
+            let contents = listed.contents;
+            let source = Box::new(s3::S3Source::new(store, &listed));
+            let r = conn.push_from(
+                listed.entries,
+                source,
+                &dest,
+                (a.recursive, false, contents),
+            );
+            bar.finish();
+            let r = finish(r, dialer)?;
+            crate::known_paths::save(&peer, ssh, &r);
+            ("push", r)
+        }
+        Plan::Push {
+            sources: PushFrom::Files(sources),
+            dest,
+            ..
+        } => {
             let walked = store::walk(&sources, a.recursive)?;
             for s in &walked.skipped {
                 eprintln!("haul: {s}");
@@ -277,7 +341,30 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             crate::known_paths::save(&peer, ssh, &r);
             ("push", r)
         }
-        Plan::Pull { sources, dest, .. } => {
+        Plan::Pull {
+            sources,
+            dest: PullTo::Bucket(url),
+            ..
+        } => {
+            if a.delete {
+                return Err(usage(
+                    "--delete into an s3:// destination is not supported yet",
+                ));
+            }
+            let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
+            let store = s3::Store::connect(&a.s3.options())?;
+            let sink = s3::S3Sink::new(store, url, sources.len() > 1, contents)?;
+            let conn = dialer.connect(cfg)?;
+            let bar = Bar::start(conn.progress(), show);
+            let r = conn.pull(sources, a.recursive, &sink);
+            bar.finish();
+            ("pull", finish(r, dialer)?)
+        }
+        Plan::Pull {
+            sources,
+            dest: PullTo::Path(dest),
+            ..
+        } => {
             let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
             // A `dir/` pull makes its destination directory up front; a
             // pull that fails takes it away again if it is still empty.
@@ -325,7 +412,7 @@ mod tests {
     fn plans() {
         let p = |v: &[&str]| plan(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert!(
-            matches!(p(&["a", "b", "h:/x/"]), Ok(Plan::Push { sources, .. }) if sources.len() == 2)
+            matches!(p(&["a", "b", "h:/x/"]), Ok(Plan::Push { sources: PushFrom::Files(sources), .. }) if sources.len() == 2)
         );
         assert!(
             matches!(p(&["h:1:/a", "h:1:b", "."]), Ok(Plan::Pull { sources, peer: Peer { port: Some(1), .. }, .. }) if sources.len() == 2)
@@ -333,5 +420,22 @@ mod tests {
         assert!(p(&["a", "b"]).is_err());
         assert!(p(&["h:a", "g:b", "."]).is_err());
         assert!(p(&["h:a", "g:b"]).is_err());
+        assert!(matches!(
+            p(&["s3://bkt/a/", "h:/x/"]),
+            Ok(Plan::Push {
+                sources: PushFrom::Bucket(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            p(&["h:/x", "s3://bkt/a/"]),
+            Ok(Plan::Pull {
+                dest: PullTo::Bucket(_),
+                ..
+            })
+        ));
+        assert!(p(&["s3://bkt/a", "b", "h:/x/"]).is_err());
+        assert!(p(&["s3://bkt/a", "/tmp/x"]).is_err());
+        assert!(p(&["h:/x", "s3://B/x"]).is_err());
     }
 }

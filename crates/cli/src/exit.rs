@@ -23,7 +23,10 @@ Exit codes:
   12  server busy
   13  ssh failed (its own message is shown above), or haul is missing on the remote host
   14  refused by the server's policy: it requires encryption (drop --no-encrypt)
-  15  past a limit of the peer: more than a tunnel may make it hold";
+  15  past a limit of the peer: more than a tunnel may make it hold
+  16  object store: credentials refused or missing
+  17  object store: no such bucket
+  18  object store: still throttled (SlowDown) after retries with backoff";
 
 pub fn code(c: ErrorCode) -> i32 {
     c as i32

@@ -1,10 +1,13 @@
 //! scp-style locations: `[user@]host[:port]:path` is remote, anything else
 //! local. As in scp, a colon after a '/' does not make a path remote
 //! (`./a:b` is local), and IPv6 hosts go in brackets: `[::1]:7050:/data`.
+//! `s3://BUCKET/KEY` is an object store's, reached from this host.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     Local(String),
+    /// `s3://...`, as written.
+    Bucket(String),
     Remote {
         user: Option<String>,
         host: String,
@@ -15,6 +18,9 @@ pub enum Location {
 
 impl Location {
     pub fn parse(s: &str) -> Location {
+        if s3::is_s3(s) {
+            return Location::Bucket(s.to_string());
+        }
         let local = || Location::Local(s.to_string());
         let (user, rest) = match s.split_once('@') {
             Some((u, r)) if !u.contains('/') && !u.contains(':') && !u.is_empty() => {
@@ -72,6 +78,10 @@ mod tests {
         assert_eq!(Location::parse("/tmp/a"), Location::Local("/tmp/a".into()));
         assert_eq!(Location::parse("./a:b"), Location::Local("./a:b".into()));
         assert_eq!(Location::parse("-"), Location::Local("-".into()));
+        assert_eq!(
+            Location::parse("s3://b/k:x"),
+            Location::Bucket("s3://b/k:x".into())
+        );
         assert_eq!(
             Location::parse("h:/data/x"),
             remote(None, "h", None, "/data/x")

@@ -14,6 +14,14 @@ pub enum StoreErrorKind {
     DiskFull,
     OutsideRoot,
     BadRequest,
+    /// An object store refused the credentials (or none were found).
+    StoreAuth,
+    /// An object store has no such bucket.
+    NoBucket,
+    /// An object store kept answering "slow down" past every retry.
+    Throttled,
+    /// An object store could not be reached.
+    Unreachable,
     Other,
 }
 
@@ -59,6 +67,10 @@ impl StoreError {
             StoreErrorKind::DiskFull => ErrorCode::DiskFull,
             StoreErrorKind::OutsideRoot => ErrorCode::OutsideRoot,
             StoreErrorKind::BadRequest => ErrorCode::BadRequest,
+            StoreErrorKind::StoreAuth => ErrorCode::StoreAuth,
+            StoreErrorKind::NoBucket => ErrorCode::NoBucket,
+            StoreErrorKind::Throttled => ErrorCode::Throttled,
+            StoreErrorKind::Unreachable => ErrorCode::Connect,
             StoreErrorKind::Other => ErrorCode::Other,
         }
     }

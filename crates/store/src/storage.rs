@@ -109,6 +109,9 @@ pub trait BlockSink: Send + Sync {
     fn take_notes(&self) -> Vec<Note>;
     /// The transfer is ending: its partials stop looking live (P-41).
     fn let_go(&self);
+    /// Whether anything is at the destination already, so that a file
+    /// may be found in place or serve as a basis (P-31).
+    fn destination_exists(&self) -> bool;
     /// Where manifest path `rel` ends up, for messages.
     fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError>;
     /// What is in place at `rel` now, if anything (never through a link).
@@ -180,6 +183,10 @@ impl BlockSink for Sink {
 
     fn let_go(&self) {
         Sink::let_go(self)
+    }
+
+    fn destination_exists(&self) -> bool {
+        Sink::destination_exists(self)
     }
 
     fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {

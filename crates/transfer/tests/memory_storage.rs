@@ -115,6 +115,10 @@ impl BlockSink for MemorySink {
 
     fn let_go(&self) {}
 
+    fn destination_exists(&self) -> bool {
+        !self.placed.lock().unwrap().is_empty()
+    }
+
     fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
         Ok(Some(PathBuf::from(
             String::from_utf8_lossy(rel).into_owned(),

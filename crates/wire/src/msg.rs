@@ -206,6 +206,12 @@ pub enum ErrorCode {
     /// A peer went past what it may make the other side hold: a tunnel's
     /// frames too far ahead of those received (P-39).
     Limit = 15,
+    /// An object store refused the credentials, or none were found.
+    StoreAuth = 16,
+    /// An object store has no such bucket.
+    NoBucket = 17,
+    /// An object store kept answering "slow down" past every retry.
+    Throttled = 18,
 }
 
 impl ErrorCode {
@@ -225,6 +231,9 @@ impl ErrorCode {
             13 => ErrorCode::Ssh,
             14 => ErrorCode::Policy,
             15 => ErrorCode::Limit,
+            16 => ErrorCode::StoreAuth,
+            17 => ErrorCode::NoBucket,
+            18 => ErrorCode::Throttled,
             _ => ErrorCode::Other,
         }
     }

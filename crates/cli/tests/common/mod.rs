@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod emu;
+pub mod s3gw;
 pub mod sshd;
 pub mod tunnel;
 

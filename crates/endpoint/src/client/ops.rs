@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use session::{ReceiverSession, SenderSession};
-use store::{Sink, Sources, Walked};
+use store::{BlockSink, BlockSource, Sink, Sources, Walked};
 use wire::{ErrorCode, Msg, Op, Request};
 
 use super::config::Transport;
@@ -21,7 +21,7 @@ impl Connected {
     /// named a directory's contents (`dir/`, P-8). `scan` has looked for
     /// zero blocks since before the connection was made.
     pub fn push(
-        mut self,
+        self,
         walked: Walked,
         mut scan: transfer::ZeroScan,
         dest: &str,
@@ -29,7 +29,7 @@ impl Connected {
         many_sources: bool,
         contents: bool,
     ) -> Result<Report, TransferError> {
-        let (streams, window) = self.streams();
+        let (_, window) = self.streams();
         // Nothing to send but zeros, known already: the manifest and its
         // zero announcements ride right behind the request, and no data
         // connection is opened (P-29).
@@ -55,9 +55,64 @@ impl Connected {
                 window,
             );
         }
+        let bytes = walked.file_bytes();
+        let (paths, inodes) = (walked.paths, walked.inodes);
+        let entries = walked.entries;
+        let stamp = entries.clone();
+        self.push_with(
+            entries,
+            bytes,
+            move || {
+                Box::new(
+                    Sources::new(paths)
+                        .stamped(&stamp, &inodes)
+                        .with_zeros(scan.finish()),
+                )
+            },
+            dest,
+            (recursive, many_sources, contents),
+        )
+    }
+
+    /// Sends the manifest `entries`, whose file bytes `source` reads (an
+    /// object store's, say), to `dest` on the server; as [`Self::push`]
+    /// otherwise.
+    pub fn push_from(
+        self,
+        entries: Vec<wire::Entry>,
+        source: Box<dyn BlockSource>,
+        dest: &str,
+        (recursive, many_sources, contents): (bool, bool, bool),
+    ) -> Result<Report, TransferError> {
+        let bytes = entries
+            .iter()
+            .map(|e| match e.kind {
+                wire::EntryKind::File { size, .. } => size,
+                _ => 0,
+            })
+            .sum();
+        self.push_with(
+            entries,
+            bytes,
+            move || source,
+            dest,
+            (recursive, many_sources, contents),
+        )
+    }
+
+    /// The request, then the data: `source` is made once the request is
+    /// on its way (a zero scan runs meanwhile).
+    fn push_with(
+        mut self,
+        entries: Vec<wire::Entry>,
+        file_bytes: u64,
+        source: impl FnOnce() -> Box<dyn BlockSource>,
+        dest: &str,
+        (recursive, many_sources, contents): (bool, bool, bool),
+    ) -> Result<Report, TransferError> {
+        let (streams, window) = self.streams();
         // No more streams than blocks: a small transfer needs few.
-        let blocks: u64 = walked
-            .entries
+        let blocks: u64 = entries
             .iter()
             .map(|e| match e.kind {
                 wire::EntryKind::File { size, .. } => {
@@ -67,11 +122,10 @@ impl Connected {
             })
             .sum();
         let streams = streams.min(blocks.max(1).min(u16::MAX as u64) as u16);
-        Progress::set(&self.progress.total_bytes, walked.file_bytes());
+        Progress::set(&self.progress.total_bytes, file_bytes);
         Progress::set(
             &self.progress.total_files,
-            walked
-                .entries
+            entries
                 .iter()
                 .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
                 .count() as u64,
@@ -82,9 +136,8 @@ impl Connected {
             contents,
             ..self.build_request(Op::Push, vec![dest.to_string()], streams)
         })?;
-        let sources = Sources::new(walked.paths)
-            .stamped(&walked.entries, &walked.inodes)
-            .with_zeros(scan.finish());
+        let sources = source();
+        let sources: &dyn BlockSource = &*sources;
         let (path, streams, window_bytes) = match plan {
             DataPlan::Tcp(conns) => {
                 let n = conns.len() as u16;
@@ -93,9 +146,9 @@ impl Connected {
             }
             DataPlan::Udp(link) => (SendPath::Udp(link), 0, UDP_SEND_WINDOW),
         };
-        let mut session = SenderSession::new(walked.entries, self.cfg.block_size, window_bytes);
+        let mut session = SenderSession::new(entries, self.cfg.block_size, window_bytes);
         if gated {
-            transfer::gate_sender(&mut session, &self.cfg.sync, &sources, self.cfg.block_size)?;
+            transfer::gate_sender(&mut session, &self.cfg.sync, sources, self.cfg.block_size)?;
         }
         let how = Sending {
             rate: self.cfg.rate,
@@ -110,7 +163,7 @@ impl Connected {
             self.ctrl_w,
             path,
             session,
-            &sources,
+            sources,
             how,
             &progress,
         )?;
@@ -190,7 +243,7 @@ impl Connected {
         mut self,
         sources: Vec<String>,
         recursive: bool,
-        sink: &Sink,
+        sink: &dyn BlockSink,
     ) -> Result<Report, TransferError> {
         let (streams, window) = self.streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
@@ -227,7 +280,7 @@ impl Connected {
     fn receive(
         self,
         plan: DataPlan,
-        sink: &Sink,
+        sink: &dyn BlockSink,
         opts: &transfer::ReceiveOptions,
         gated: bool,
         window: u64,

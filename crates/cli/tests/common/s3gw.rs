@@ -1,0 +1,116 @@
+//! A real S3 server for tests: versitygw (built by `.ci/run` with `go
+//! install` into `target/tools`) on a loopback port, serving buckets
+//! that are directories of a temp dir, so a test reads an object's bytes
+//! back as a file. Started by the test, stopped by PID when dropped.
+//! Where it was not built, the tests that need it print why they skip
+//! (and fail under CI, which builds it).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ACCESS: &str = "haul-test-key";
+pub const SECRET: &str = "haul-test-secret-0123456789";
+
+pub struct Gateway {
+    child: Child,
+    pub port: u16,
+    /// Where the buckets are: `root/BUCKET/KEY`.
+    pub root: PathBuf,
+    /// A home without AWS files, so the user's own are never read.
+    home: PathBuf,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binary() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/versitygw")
+}
+
+/// Whether this test can start the S3 server; says why when it cannot.
+pub fn gateway_available(test: &str) -> bool {
+    netem::testing::check_program("versitygw");
+    if binary().exists() {
+        return true;
+    }
+    let why = format!(
+        "{test} needs versitygw: run .ci/run once, or GOBIN=$PWD/target/tools go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+    );
+    assert!(
+        !std::env::var("CI").is_ok_and(|v| v == "true"),
+        "{why}, and CI must run it"
+    );
+    println!("SKIPPED: {why}");
+    false
+}
+
+impl Gateway {
+    /// Starts the server under `dir` with the buckets named, and waits
+    /// (bounded) until it answers.
+    pub fn start(dir: &Path, buckets: &[&str]) -> Gateway {
+        let root = dir.join("s3");
+        let home = dir.join("s3-home");
+        std::fs::create_dir_all(&home).unwrap();
+        for b in buckets {
+            std::fs::create_dir_all(root.join(b)).unwrap();
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = netem::testing::program(binary().to_str().unwrap())
+            .args(["--access", ACCESS, "--secret", SECRET, "--quiet", "--port"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("posix")
+            .arg(&root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start versitygw");
+        let gw = Gateway {
+            child,
+            port,
+            root,
+            home,
+        };
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "versitygw did not start listening on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        gw
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Points `cmd` at this server with its credentials, and at no AWS
+    /// files of the user's.
+    pub fn env<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env("AWS_ACCESS_KEY_ID", ACCESS)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET)
+            .env("AWS_ENDPOINT_URL", self.endpoint())
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_CONFIG_FILE", self.home.join("config"))
+            .env("AWS_SHARED_CREDENTIALS_FILE", self.home.join("credentials"))
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_SESSION_TOKEN")
+    }
+
+    /// Where the server keeps `bucket/key`'s bytes.
+    pub fn object(&self, bucket: &str, key: &str) -> PathBuf {
+        self.root.join(bucket).join(key)
+    }
+}

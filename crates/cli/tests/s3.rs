@@ -1,0 +1,231 @@
+//! `s3://` locations against a real S3 server (versitygw, started here on
+//! loopback): a file into a bucket and back, byte-exact, in many parts; a
+//! tree through a prefix; sync skipping what is unchanged; and the exit
+//! code of each kind of store failure, with nothing half-written.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::process::Output;
+
+use common::s3gw::{gateway_available, Gateway};
+use common::*;
+
+fn cp(env: &Env, gw: &Gateway, args: &[&str]) -> Output {
+    let mut c = env.cp_cmd(args);
+    gw.env(&mut c);
+    output_within(c, CP_LIMIT)
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+#[test]
+fn a_file_into_a_bucket_in_many_parts_and_back() {
+    if !gateway_available("the s3 round-trip test") {
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    // 8 parts of 5 MiB and a short one; a file of one PUT; an empty one.
+    let big = random_bytes((40 << 20) + 12345, 7);
+    write_file(&env.root.join("big.bin"), &big);
+    write_file(&env.root.join("small.txt"), b"a few bytes");
+    write_file(&env.root.join("empty"), b"");
+    let out = cp(
+        &env,
+        &gw,
+        &[
+            "--json",
+            "--s3-part-size",
+            "5M",
+            &env.remote(&server, "big.bin"),
+            "s3://bkt/in/big.bin",
+        ],
+    );
+    ok(&out);
+    assert_eq!(json(&out)["file_bytes"], big.len() as u64);
+    assert!(fs::read(gw.object("bkt", "in/big.bin")).unwrap() == big);
+    ok(&cp(
+        &env,
+        &gw,
+        &[
+            &env.remote(&server, "small.txt"),
+            &env.remote(&server, "empty"),
+            "s3://bkt/in/",
+        ],
+    ));
+    assert_eq!(
+        fs::read(gw.object("bkt", "in/small.txt")).unwrap(),
+        b"a few bytes"
+    );
+    assert_eq!(fs::read(gw.object("bkt", "in/empty")).unwrap(), b"");
+
+    // And back, from the bucket to the far side.
+    ok(&cp(
+        &env,
+        &gw,
+        &["s3://bkt/in/big.bin", &env.remote(&server, "back.bin")],
+    ));
+    assert!(fs::read(env.root.join("back.bin")).unwrap() == big);
+    ok(&cp(
+        &env,
+        &gw,
+        &["s3://bkt/in/empty", &env.remote(&server, "back-empty")],
+    ));
+    assert_eq!(fs::read(env.root.join("back-empty")).unwrap(), b"");
+}
+
+#[test]
+fn a_tree_through_a_prefix_keeps_names_and_times() {
+    if !gateway_available("the s3 tree test") {
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    let tree = env.root.join("tree");
+    for (i, rel) in ["a.txt", "sub/b.bin", "sub/deeper/c", "sub/deeper/d e ü"]
+        .iter()
+        .enumerate()
+    {
+        let p = tree.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        write_file(&p, &random_bytes(1000 * (i + 1) * (i + 1), i as u64));
+    }
+    ok(&cp(
+        &env,
+        &gw,
+        &["-r", "-p", &env.remote(&server, "tree/"), "s3://bkt/p/"],
+    ));
+    for rel in ["a.txt", "sub/b.bin", "sub/deeper/c", "sub/deeper/d e ü"] {
+        assert_eq!(
+            fs::read(gw.object("bkt", &format!("p/{rel}"))).unwrap(),
+            fs::read(tree.join(rel)).unwrap(),
+            "{rel}"
+        );
+    }
+    // A prefix's contents come back as a tree, times kept in metadata.
+    ok(&cp(
+        &env,
+        &gw,
+        &["-r", "-p", "s3://bkt/p/", &env.remote(&server, "back/")],
+    ));
+    for rel in ["a.txt", "sub/b.bin", "sub/deeper/c", "sub/deeper/d e ü"] {
+        let (a, b) = (tree.join(rel), env.root.join("back").join(rel));
+        assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap(), "{rel}");
+        assert_eq!(
+            fs::metadata(&a).unwrap().mtime(),
+            fs::metadata(&b).unwrap().mtime(),
+            "mtime of {rel}"
+        );
+    }
+    // A prefix named without '/' is the tree itself, and needs -r.
+    fails(
+        &cp(&env, &gw, &["s3://bkt/p", &env.remote(&server, "x")]),
+        2,
+    );
+    ok(&cp(
+        &env,
+        &gw,
+        &["-r", "s3://bkt/p", &env.remote(&server, "again")],
+    ));
+    assert!(env.root.join("again/sub/deeper/c").is_file());
+}
+
+#[test]
+fn sync_skips_the_objects_that_are_unchanged() {
+    if !gateway_available("the s3 sync test") {
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    let tree = env.root.join("data");
+    fs::create_dir_all(&tree).unwrap();
+    for i in 0..5 {
+        write_file(
+            &tree.join(format!("f{i}")),
+            &random_bytes(20_000 + i, i as u64),
+        );
+    }
+    let sync = |env: &Env| {
+        let mut c = std::process::Command::new(HAUL);
+        c.args([
+            "sync",
+            "--json",
+            &env.remote(&server, "data/"),
+            "s3://bkt/mirror/",
+        ])
+        .env("HAUL_HOME", &env.home)
+        .stdin(std::process::Stdio::null());
+        gw.env(&mut c);
+        let out = output_within(c, CP_LIMIT);
+        ok(&out);
+        json(&out)
+    };
+    assert_eq!(sync(&env)["files"], 5);
+    let again = sync(&env);
+    assert_eq!(
+        (again["files"].clone(), again["skipped_files"].clone()),
+        (0.into(), 5.into())
+    );
+    write_file(&tree.join("f3"), b"changed");
+    let third = sync(&env);
+    assert_eq!(
+        (third["files"].clone(), third["skipped_files"].clone()),
+        (1.into(), 4.into())
+    );
+    assert_eq!(fs::read(gw.object("bkt", "mirror/f3")).unwrap(), b"changed");
+}
+
+#[test]
+fn store_failures_have_their_own_exit_codes_and_leave_nothing() {
+    if !gateway_available("the s3 failure test") {
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    write_file(&env.root.join("f"), &random_bytes(100_000, 3));
+    let to = |dest: &str| cp(&env, &gw, &[&env.remote(&server, "f"), dest]);
+    // Wrong secret: 16, for both directions.
+    let mut c = env.cp_cmd(&[&env.remote(&server, "f"), "s3://bkt/f"]);
+    gw.env(&mut c).env("AWS_SECRET_ACCESS_KEY", "wrong");
+    let err = fails(&output_within(c, CP_LIMIT), 16);
+    assert!(err.contains("credentials"), "{err}");
+    let mut c = env.cp_cmd(&["s3://bkt/f", &env.remote(&server, "g")]);
+    gw.env(&mut c).env("AWS_SECRET_ACCESS_KEY", "wrong");
+    fails(&output_within(c, CP_LIMIT), 16);
+    // No credentials at all: 16 too, saying so.
+    let mut c = env.cp_cmd(&["s3://bkt/f", &env.remote(&server, "g")]);
+    gw.env(&mut c)
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY");
+    let err = fails(&output_within(c, CP_LIMIT), 16);
+    assert!(err.contains("no credentials"), "{err}");
+    // A bucket that is not there: 17.
+    let err = fails(&to("s3://nobucket/f"), 17);
+    assert!(err.contains("nobucket"), "{err}");
+    // A key that is not there: 6.
+    fails(
+        &cp(&env, &gw, &["s3://bkt/none", &env.remote(&server, "g")]),
+        6,
+    );
+    // A store that does not answer: 3.
+    let mut c = env.cp_cmd(&[&env.remote(&server, "f"), "s3://bkt/f"]);
+    gw.env(&mut c).env("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+    fails(&output_within(c, CP_LIMIT), 3);
+    // Bad locations are usage errors.
+    fails(&to("s3://Bad_Name/f"), 2);
+    // None of it left anything under a key.
+    let left: Vec<_> = fs::read_dir(gw.root.join("bkt"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_str() != Some(".sgwtmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -1,0 +1,337 @@
+//! Turns an `s3://` source into a manifest, as `store::walk` does for
+//! files: a key maps to a file, the parts of its key before the last `/`
+//! to directories (P-8: the first component is the source's own name, or
+//! with a prefix ending in `/`, each child's). Modification times come
+//! from haul's metadata where a haul wrote the object.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use store::{StoreError, StoreErrorKind};
+use wire::{Entry, EntryKind};
+
+use crate::client::Store;
+use crate::error::from_sdk;
+use crate::read::ObjectInfo;
+use crate::url::S3Url;
+
+/// The metadata key that keeps a file's modification time on an object:
+/// `SECONDS.NANOSECONDS`.
+pub const MTIME: &str = "haul-mtime";
+
+/// HEADs in flight while a listing reads objects' metadata.
+const HEADS: usize = 32;
+
+/// The manifest of an `s3://` source.
+#[derive(Default)]
+pub struct Listed {
+    pub entries: Vec<Entry>,
+    /// Each file entry's object, by entry id.
+    pub objects: Vec<Option<ObjectInfo>>,
+    /// Keys that name no path (`a//b`, `..`), for the user to read.
+    pub skipped: Vec<String>,
+    /// The source named a prefix's contents (`s3://b/p/`).
+    pub contents: bool,
+}
+
+impl Listed {
+    pub fn file_bytes(&self) -> u64 {
+        self.objects.iter().flatten().map(|o| o.size).sum()
+    }
+}
+
+/// Lists `url`: one object, or with `recursive` every object under a
+/// prefix.
+pub fn list(store: &Arc<Store>, url: &S3Url, recursive: bool) -> Result<Listed, StoreError> {
+    // A listing first: its answers name what is wrong (credentials,
+    // bucket), where a HEAD's carry only a status.
+    store.check(url)?;
+    if !url.is_prefix() {
+        if let Some(info) = head(store, url)? {
+            let mut l = Listed::default();
+            push_file(&mut l, url.name().as_bytes().to_vec(), info);
+            return Ok(l);
+        }
+    }
+    let prefix = url.as_prefix();
+    let keys = list_keys(store, &url.at(prefix.clone()))?;
+    if keys.is_empty() {
+        return Err(StoreError::new(
+            StoreErrorKind::NotFound,
+            format!(
+                "no object {url} at {}, and nothing under it",
+                store.endpoint
+            ),
+        ));
+    }
+    if !recursive {
+        return Err(StoreError::new(
+            StoreErrorKind::BadRequest,
+            format!(
+                "{url} is a prefix of {} objects; copy it with -r",
+                keys.len()
+            ),
+        ));
+    }
+    let contents = url.is_prefix();
+    // The tree's top: the prefix's own name, unless its contents were asked for.
+    let top: Vec<u8> = if contents {
+        Vec::new()
+    } else {
+        url.name().as_bytes().to_vec()
+    };
+    let mut l = Listed {
+        contents,
+        ..Default::default()
+    };
+    let infos = head_all(
+        store,
+        &url.bucket,
+        keys.iter().map(|(k, _, _)| k.clone()).collect(),
+    )?;
+    if !top.is_empty() {
+        push_dir(&mut l, top.clone());
+    }
+    let mut dirs: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for ((key, size, listed_mtime), info) in keys.into_iter().zip(infos) {
+        let rel = &key[prefix.len()..];
+        // A "folder" marker an S3 console leaves: the directory is made
+        // by its children.
+        if rel.is_empty() || (rel.ends_with('/') && size == 0) {
+            continue;
+        }
+        let mut path = top.clone();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(rel.as_bytes());
+        if session::paths::components(&path).is_err() {
+            l.skipped.push(format!(
+                "skipped s3://{}/{key}: the key names no path ('//', '.' or '..' in it)",
+                url.bucket
+            ));
+            continue;
+        }
+        // Its directories, each before what is in it.
+        let parts: Vec<usize> = path
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'/')
+            .map(|(i, _)| i)
+            .collect();
+        for &cut in &parts {
+            let dir = path[..cut].to_vec();
+            if dir != top && dirs.insert(dir.clone()) {
+                push_dir(&mut l, dir);
+            }
+        }
+        let info = info.unwrap_or(ObjectInfo {
+            url: url.at(key.clone()),
+            size,
+            etag: None,
+            mtime: listed_mtime,
+        });
+        push_file(&mut l, path, info);
+    }
+    date_dirs(&mut l);
+    Ok(l)
+}
+
+/// A directory has no time of its own in a bucket: it gets the newest of
+/// the objects beneath it.
+fn date_dirs(l: &mut Listed) {
+    let mut newest: std::collections::HashMap<Vec<u8>, (i64, u32)> = Default::default();
+    for e in &l.entries {
+        if let EntryKind::File {
+            mtime, mtime_nsec, ..
+        } = e.kind
+        {
+            let mut p = e.path.as_slice();
+            while let Some(cut) = p.iter().rposition(|&b| b == b'/') {
+                p = &p[..cut];
+                let t = newest.entry(p.to_vec()).or_insert((mtime, mtime_nsec));
+                *t = (*t).max((mtime, mtime_nsec));
+            }
+        }
+    }
+    for e in &mut l.entries {
+        if let EntryKind::Dir {
+            mtime, mtime_nsec, ..
+        } = &mut e.kind
+        {
+            if let Some(&(s, n)) = newest.get(&e.path) {
+                (*mtime, *mtime_nsec) = (s, n);
+            }
+        }
+    }
+}
+
+fn push_dir(l: &mut Listed, path: Vec<u8>) {
+    let id = l.entries.len() as u32;
+    l.entries.push(Entry {
+        id,
+        path,
+        kind: EntryKind::Dir {
+            mode: 0o755,
+            mtime: 0,
+            mtime_nsec: 0,
+        },
+        target: Vec::new(),
+    });
+    l.objects.push(None);
+}
+
+fn push_file(l: &mut Listed, path: Vec<u8>, info: ObjectInfo) {
+    let id = l.entries.len() as u32;
+    l.entries.push(Entry {
+        id,
+        path,
+        kind: EntryKind::File {
+            size: info.size,
+            mode: 0o644,
+            mtime: info.mtime.0,
+            mtime_nsec: info.mtime.1,
+        },
+        target: Vec::new(),
+    });
+    l.objects.push(Some(info));
+}
+
+/// A listed key: its name, size and last-modified time.
+type Key = (String, u64, (i64, u32));
+
+/// Every key under `url`'s prefix, with its size and last-modified time,
+/// in key order.
+fn list_keys(store: &Store, url: &S3Url) -> Result<Vec<Key>, StoreError> {
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let out = store
+            .block_on(
+                store
+                    .client()
+                    .list_objects_v2()
+                    .bucket(&url.bucket)
+                    .prefix(&url.key)
+                    .set_continuation_token(token.take())
+                    .send(),
+            )
+            .map_err(|e| from_sdk(e, "list", url, &store.endpoint))?;
+        for o in out.contents() {
+            let Some(k) = o.key() else { continue };
+            let t = o
+                .last_modified()
+                .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
+            keys.push((k.to_string(), o.size().unwrap_or(0).max(0) as u64, t));
+        }
+        match out.next_continuation_token() {
+            Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
+            _ => break,
+        }
+    }
+    keys.sort();
+    Ok(keys)
+}
+
+/// HEADs one object: its size, ETag and modification time; `None` when
+/// there is no such key.
+pub fn head(store: &Store, url: &S3Url) -> Result<Option<ObjectInfo>, StoreError> {
+    store.block_on(head_async(store, url))
+}
+
+async fn head_async(store: &Store, url: &S3Url) -> Result<Option<ObjectInfo>, StoreError> {
+    let r = store
+        .client()
+        .head_object()
+        .bucket(&url.bucket)
+        .key(&url.key)
+        .send()
+        .await;
+    let out = match r {
+        Ok(o) => o,
+        Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(404) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(from_sdk(e, "read", url, &store.endpoint)),
+    };
+    let listed = out
+        .last_modified()
+        .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
+    let mtime = out
+        .metadata()
+        .and_then(|m| m.get(MTIME))
+        .and_then(|v| parse_mtime(v))
+        .unwrap_or(listed);
+    Ok(Some(ObjectInfo {
+        url: url.clone(),
+        size: out.content_length().unwrap_or(0).max(0) as u64,
+        etag: out.e_tag().map(str::to_string),
+        mtime,
+    }))
+}
+
+/// HEADs many objects, `HEADS` at once, answers in the order asked.
+fn head_all(
+    store: &Arc<Store>,
+    bucket: &str,
+    keys: Vec<String>,
+) -> Result<Vec<Option<ObjectInfo>>, StoreError> {
+    let sem = Arc::new(tokio::sync::Semaphore::new(HEADS));
+    let store2 = store.clone();
+    let bucket = bucket.to_string();
+    store.block_on(async move {
+        let mut tasks = Vec::with_capacity(keys.len());
+        for k in keys {
+            let (sem, store, url) = (
+                sem.clone(),
+                store2.clone(),
+                S3Url {
+                    bucket: bucket.clone(),
+                    key: k,
+                },
+            );
+            tasks.push(tokio::spawn(async move {
+                let _p = sem.acquire().await;
+                head_async(&store, &url).await
+            }));
+        }
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let r = t.await.map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Other,
+                    format!("reading an object's metadata: {e}"),
+                )
+            })??;
+            out.push(r);
+        }
+        Ok(out)
+    })
+}
+
+/// `SECONDS.NANOSECONDS`, as [`MTIME`] holds it.
+pub fn parse_mtime(v: &str) -> Option<(i64, u32)> {
+    let (s, n) = v.split_once('.').unwrap_or((v, "0"));
+    let n: u32 = n.parse().ok()?;
+    (n < 1_000_000_000).then_some(())?;
+    Some((s.parse().ok()?, n))
+}
+
+pub fn format_mtime(secs: i64, nsec: u32) -> String {
+    format!("{secs}.{nsec:09}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtimes_round_trip() {
+        for (s, n) in [(0, 0), (1_700_000_000, 123_456_789), (-5, 1)] {
+            assert_eq!(parse_mtime(&format_mtime(s, n)), Some((s, n)));
+        }
+        assert_eq!(parse_mtime("12"), Some((12, 0)));
+        assert_eq!(parse_mtime("x"), None);
+        assert_eq!(parse_mtime("1.2000000000"), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! A bucket as the receiving side's [`BlockSink`]: each file becomes an
+//! [`Upload`] under the key the scp rule gives it (a prefix is a
+//! directory), and appears only when verified (`finalize`). Directories
+//! are implied by keys; links cannot be stored and are skipped with a
+//! warning.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use session::paths::Placement;
+use store::sink::Extraneous;
+use store::{BlockSink, Held, Stamp, StoreError, StoreErrorKind};
+
+use crate::client::Store;
+use crate::list::{format_mtime, head, MTIME};
+use crate::read::ObjectReader;
+use crate::upload::Upload;
+use crate::url::S3Url;
+
+/// Where received files go in a bucket.
+pub struct S3Sink {
+    store: Arc<Store>,
+    base: S3Url,
+    placement: Placement,
+    uploads: Mutex<HashMap<u32, Arc<Upload>>>,
+}
+
+impl S3Sink {
+    /// The destination `base` as named, by the scp rule: a prefix (a key
+    /// ending in '/', the whole bucket, or a key with objects under
+    /// `key/`) takes what arrives under it; a plain key is the one file's
+    /// new name. Asks the store, so a wrong key or missing bucket is told
+    /// now.
+    pub fn new(
+        store: Arc<Store>,
+        base: S3Url,
+        many_sources: bool,
+        contents: bool,
+    ) -> Result<S3Sink, StoreError> {
+        let is_dir = base.is_prefix() || store.check(&base.at(base.as_prefix()))?;
+        if base.is_prefix() {
+            store.check(&base)?;
+        }
+        let placement = Placement::decide(is_dir, base.is_prefix(), many_sources, contents)
+            .map_err(|why| StoreError::new(StoreErrorKind::BadRequest, format!("{base}: {why}")))?;
+        Ok(S3Sink {
+            store,
+            base,
+            placement,
+            uploads: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The key manifest path `rel` is written to; `None` for the
+    /// destination itself (the top directory of an `As` placement).
+    fn key_of(&self, rel: &[u8]) -> Result<Option<String>, StoreError> {
+        let parts = session::paths::components(rel)
+            .map_err(|e| StoreError::new(StoreErrorKind::OutsideRoot, e.to_string()))?;
+        let below = self.placement.relative(&parts);
+        let mut names = Vec::with_capacity(below.len());
+        for p in &below {
+            names.push(std::str::from_utf8(p).map_err(|_| {
+                StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!(
+                        "{:?} is not UTF-8, and object keys must be",
+                        String::from_utf8_lossy(rel)
+                    ),
+                )
+            })?);
+        }
+        let joined = names.join("/");
+        let key = match (self.placement, joined.is_empty()) {
+            (Placement::As, true) if self.base.key.is_empty() => return Ok(None),
+            (Placement::As, true) => self.base.key.clone(),
+            (Placement::As, false) => format!("{}/{joined}", self.base.key),
+            (Placement::Into, _) => format!("{}{joined}", self.base.as_prefix()),
+        };
+        if key.len() > 1024 {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "s3://{}/{key}: an object key is at most 1,024 bytes",
+                    self.base.bucket
+                ),
+            ));
+        }
+        Ok(Some(key))
+    }
+
+    fn url_of(&self, rel: &[u8]) -> Result<Option<S3Url>, StoreError> {
+        Ok(self.key_of(rel)?.map(|k| self.base.at(k)))
+    }
+
+    fn upload(&self, id: u32) -> Result<Arc<Upload>, StoreError> {
+        self.uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| {
+                StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!("file {id} was not opened"),
+                )
+            })
+    }
+
+    fn unsupported(&self, what: &str) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::BadRequest,
+            format!(
+                "{what} is not supported for an s3:// destination yet ({})",
+                self.base
+            ),
+        )
+    }
+}
+
+impl BlockSink for S3Sink {
+    fn on_contention(&self, _poke: Arc<store::partial::Poke>) {}
+
+    fn take_notes(&self) -> Vec<store::sink::Note> {
+        Vec::new()
+    }
+
+    fn let_go(&self) {}
+
+    fn destination_exists(&self) -> bool {
+        self.store.check(&self.base).unwrap_or(false)
+    }
+
+    fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
+        Ok(self.url_of(rel)?.map(|u| PathBuf::from(u.to_string())))
+    }
+
+    fn open_placed(&self, rel: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
+        let Some(url) = self.url_of(rel)? else {
+            return Ok(None);
+        };
+        Ok(head(&self.store, &url)?
+            .map(|info| Arc::new(ObjectReader::new(self.store.clone(), info)) as Arc<dyn Held>))
+    }
+
+    fn partial_of(&self, _rel: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
+        Ok(None)
+    }
+
+    fn make_dir(&self, rel: &[u8], _mode: u32) -> Result<(), StoreError> {
+        self.key_of(rel).map(|_| ())
+    }
+
+    fn make_symlink(&self, rel: &[u8], _target: &[u8]) -> Result<(), StoreError> {
+        if let Some(u) = self.url_of(rel)? {
+            tracing::warn!("skipped the symbolic link {u}: an object store holds no links");
+        }
+        Ok(())
+    }
+
+    fn open_file(&self, id: u32, rel: &[u8], stamp: &Stamp) -> Result<(), StoreError> {
+        let url = self.url_of(rel)?.ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("{}: a file needs a key, not the whole bucket", self.base),
+            )
+        })?;
+        // The source's modification time always travels: a store sets
+        // its own last-modified time, and `sync` compares with this.
+        let metadata = vec![(
+            MTIME.to_string(),
+            format_mtime(stamp.mtime, stamp.mtime_nsec),
+        )];
+        let up = Upload::new(
+            self.store.clone(),
+            url,
+            stamp.size,
+            stamp.block_size,
+            metadata,
+        )?;
+        let old = self
+            .uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, up);
+        if let Some(old) = old {
+            old.abort();
+        }
+        Ok(())
+    }
+
+    fn held_blocks(&self, _id: u32) -> Result<Vec<(u32, [u8; 32])>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    fn write_block(&self, id: u32, offset: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.upload(id)?
+            .write(offset, Some(data), data.len() as u64)
+    }
+
+    fn write_zero(&self, id: u32, offset: u64, len: u32) -> Result<(), StoreError> {
+        self.upload(id)?.write(offset, None, u64::from(len))
+    }
+
+    fn record(&self, _id: u32, _index: u32, _hash: &[u8; 32]) {}
+
+    fn finalize(&self, batch: &[(u32, u32, i64, u32)]) -> Result<(), StoreError> {
+        let mut ups = Vec::with_capacity(batch.len());
+        for (id, ..) in batch {
+            let up = self.upload(*id)?;
+            up.settle()?;
+            ups.push(up);
+        }
+        // All of the batch at once: small files are many PUTs.
+        let results = self.store.block_on(async {
+            let tasks: Vec<_> = ups
+                .iter()
+                .map(|u| tokio::spawn(u.clone().complete()))
+                .collect();
+            let mut out = Vec::with_capacity(tasks.len());
+            for t in tasks {
+                out.push(t.await);
+            }
+            out
+        });
+        for ((id, ..), r) in batch.iter().zip(results) {
+            match r {
+                Ok(Ok(())) => {
+                    self.uploads
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(id);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(e) => {
+                    return Err(StoreError::new(
+                        StoreErrorKind::Other,
+                        format!("completing an upload: {e}"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&self, _dirs: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn extraneous(
+        &self,
+        _dirs: &[Vec<u8>],
+        _keep: &[Vec<u8>],
+        _contents: bool,
+        _partials: bool,
+    ) -> Result<Vec<Extraneous>, StoreError> {
+        Err(self.unsupported("--delete"))
+    }
+
+    fn remove(&self, _places: &[Vec<u8>], _partials: bool) -> Result<Vec<bool>, StoreError> {
+        Err(self.unsupported("--delete"))
+    }
+
+    fn abort(&self) {
+        let ups: Vec<_> = self
+            .uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, u)| u)
+            .collect();
+        for u in ups {
+            let _ = u.settle();
+            u.abort();
+        }
+    }
+}

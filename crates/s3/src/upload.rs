@@ -1,0 +1,384 @@
+//! One object being written: a multipart upload whose parts are filled by
+//! the blocks that arrive, in any order, and sent as each part is whole,
+//! several at once, each with its CRC32C so that the store itself refuses
+//! damage. Nothing is visible under the key until [`Upload::complete`]:
+//! the multipart upload completes last, after the file is verified. An
+//! object of one part is sent with one PUT at that moment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+use store::{StoreError, StoreErrorKind};
+
+use crate::client::Store;
+use crate::error::from_sdk;
+use crate::url::S3Url;
+
+/// S3's limits on a multipart upload.
+pub const MAX_PARTS: u64 = 10_000;
+pub const MIN_PART: u64 = 5 << 20;
+pub const MAX_PART: u64 = 5 << 30;
+pub const MAX_OBJECT: u64 = 5 << 40;
+/// The smallest part haul uses: fewer requests, and parts big enough to
+/// keep a store's connection busy.
+pub const PART: u64 = 8 << 20;
+
+/// The part size for an object of `size` bytes written in blocks of
+/// `block`: at least `least` ([`PART`] unless told), few enough parts for
+/// S3's 10,000, and a whole number of blocks, so that a block never
+/// spans two parts.
+pub fn part_size(size: u64, block: u32, least: u64) -> Result<u64, String> {
+    if size > MAX_OBJECT {
+        return Err(format!(
+            "an object holds at most 5 TiB; this file has {size} bytes"
+        ));
+    }
+    let block = u64::from(block.max(1));
+    let p = size
+        .div_ceil(MAX_PARTS)
+        .max(least.max(MIN_PART))
+        .div_ceil(block)
+        * block;
+    if p > MAX_PART {
+        return Err(format!(
+            "blocks of {block} bytes make parts over S3's 5 GiB; use a smaller --block-size"
+        ));
+    }
+    Ok(p)
+}
+
+#[derive(Default)]
+struct State {
+    /// The multipart upload, once its first part is whole.
+    id: Option<String>,
+    /// Parts being filled: their bytes, and how many have arrived.
+    filling: HashMap<u32, (Vec<u8>, u64)>,
+    /// Parts the store has, by part number (from 1).
+    sent: BTreeMap<i32, CompletedPart>,
+    /// Part uploads in flight.
+    running: usize,
+    failed: Option<StoreError>,
+}
+
+/// One object being written.
+pub struct Upload {
+    store: Arc<Store>,
+    pub url: S3Url,
+    size: u64,
+    part: u64,
+    metadata: Vec<(String, String)>,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Upload {
+    pub fn new(
+        store: Arc<Store>,
+        url: S3Url,
+        size: u64,
+        block: u32,
+        metadata: Vec<(String, String)>,
+    ) -> Result<Arc<Upload>, StoreError> {
+        let part = part_size(size, block, store.part.unwrap_or(PART))
+            .map_err(|why| StoreError::new(StoreErrorKind::BadRequest, format!("{url}: {why}")))?;
+        Ok(Arc::new(Upload {
+            store,
+            url,
+            size,
+            part,
+            metadata,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        }))
+    }
+
+    fn parts(&self) -> u64 {
+        self.size.div_ceil(self.part).max(1)
+    }
+
+    fn part_len(&self, i: u64) -> u64 {
+        (self.size - i * self.part).min(self.part)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes `data` (or `len` zeros) at `offset`. A part made whole is sent
+    /// at once; this waits while the store has as many requests as it
+    /// may, which holds the link back to the store's pace.
+    pub fn write(
+        self: &Arc<Self>,
+        offset: u64,
+        data: Option<&[u8]>,
+        len: u64,
+    ) -> Result<(), StoreError> {
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "{}: bytes {offset}..+{len} lie past its {} bytes",
+                    self.url, self.size
+                ),
+            ));
+        }
+        let mut done = 0u64;
+        while done < len {
+            let at = offset + done;
+            let i = at / self.part;
+            let within = (at - i * self.part) as usize;
+            let part_len = self.part_len(i);
+            let n = (len - done).min(part_len - within as u64);
+            let whole = {
+                let mut st = self.lock();
+                if let Some(e) = &st.failed {
+                    return Err(e.clone());
+                }
+                let (buf, filled) = st
+                    .filling
+                    .entry(i as u32)
+                    .or_insert_with(|| (vec![0u8; part_len as usize], 0));
+                if let Some(d) = data {
+                    buf[within..within + n as usize]
+                        .copy_from_slice(&d[done as usize..(done + n) as usize]);
+                }
+                *filled += n;
+                if *filled >= part_len && self.parts() > 1 {
+                    st.filling.remove(&(i as u32)).map(|(b, _)| b)
+                } else {
+                    None
+                }
+            };
+            if let Some(buf) = whole {
+                self.send_part(i as u32, buf)?;
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The multipart upload's id, started by the first part made whole.
+    fn upload_id(&self) -> Result<String, StoreError> {
+        if let Some(id) = &self.lock().id {
+            return Ok(id.clone());
+        }
+        // Started under no lock but the state's: two parts made whole at
+        // once must share one upload.
+        let mut st = self.lock();
+        if let Some(id) = &st.id {
+            return Ok(id.clone());
+        }
+        let mut req = self
+            .store
+            .client()
+            .create_multipart_upload()
+            .bucket(&self.url.bucket)
+            .key(&self.url.key)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32C);
+        for (k, v) in &self.metadata {
+            req = req.metadata(k, v);
+        }
+        let out = self
+            .store
+            .block_on(req.send())
+            .map_err(|e| from_sdk(e, "start an upload of", &self.url, &self.store.endpoint))?;
+        let id = out.upload_id().unwrap_or_default().to_string();
+        if id.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Other,
+                format!(
+                    "{} at {} started an upload without an id",
+                    self.url, self.store.endpoint
+                ),
+            ));
+        }
+        st.id = Some(id.clone());
+        Ok(id)
+    }
+
+    fn send_part(self: &Arc<Self>, index: u32, buf: Vec<u8>) -> Result<(), StoreError> {
+        let id = self.upload_id()?;
+        let permit = self
+            .store
+            .block_on(self.store.slots.clone().acquire_owned())
+            .map_err(|_| {
+                StoreError::new(StoreErrorKind::Other, "the object-store client stopped")
+            })?;
+        self.lock().running += 1;
+        let me = self.clone();
+        let number = index as i32 + 1;
+        self.store.spawn(async move {
+            let r = me
+                .store
+                .client()
+                .upload_part()
+                .bucket(&me.url.bucket)
+                .key(&me.url.key)
+                .upload_id(&id)
+                .part_number(number)
+                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                .body(ByteStream::from(buf))
+                .send()
+                .await;
+            drop(permit);
+            let mut st = me.lock();
+            st.running -= 1;
+            match r {
+                Ok(out) => {
+                    let mut part = CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(out.e_tag().map(str::to_string));
+                    if let Some(c) = out.checksum_crc32_c() {
+                        part = part.checksum_crc32_c(c);
+                    }
+                    st.sent.insert(number, part.build());
+                }
+                Err(e) => {
+                    let e = from_sdk(
+                        e,
+                        &format!("upload part {number} of"),
+                        &me.url,
+                        &me.store.endpoint,
+                    );
+                    st.failed.get_or_insert(e);
+                }
+            }
+            drop(st);
+            me.changed.notify_all();
+        });
+        Ok(())
+    }
+
+    /// Waits for the parts in flight; says what failed, if anything.
+    pub fn settle(&self) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        while st.running > 0 {
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        match &st.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the object appear under its key: every part is sent (after
+    /// [`Upload::settle`]), and the file is verified. One PUT for an
+    /// object of one part.
+    pub async fn complete(self: Arc<Self>) -> Result<(), StoreError> {
+        let (id, single, parts) = {
+            let mut st = self.lock();
+            let single = st.id.is_none() && self.parts() == 1;
+            let body = if single {
+                Some(st.filling.remove(&0).map(|(b, _)| b).unwrap_or_default())
+            } else {
+                None
+            };
+            (
+                st.id.clone(),
+                body,
+                st.sent.values().cloned().collect::<Vec<_>>(),
+            )
+        };
+        if let Some(body) = single {
+            if body.len() as u64 != self.size {
+                return Err(self.incomplete(0));
+            }
+            let _slot = self.store.slots.acquire().await;
+            let mut req = self
+                .store
+                .client()
+                .put_object()
+                .bucket(&self.url.bucket)
+                .key(&self.url.key)
+                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                .body(ByteStream::from(body));
+            for (k, v) in &self.metadata {
+                req = req.metadata(k, v);
+            }
+            req.send()
+                .await
+                .map_err(|e| from_sdk(e, "write", &self.url, &self.store.endpoint))?;
+            return Ok(());
+        }
+        let id = id.ok_or_else(|| self.incomplete(0))?;
+        if parts.len() as u64 != self.parts() {
+            return Err(self.incomplete(parts.len()));
+        }
+        self.store
+            .client()
+            .complete_multipart_upload()
+            .bucket(&self.url.bucket)
+            .key(&self.url.key)
+            .upload_id(&id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| from_sdk(e, "complete the upload of", &self.url, &self.store.endpoint))?;
+        self.lock().id = None;
+        Ok(())
+    }
+
+    fn incomplete(&self, sent: usize) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Other,
+            format!(
+                "{}: asked to complete with {sent} of {} parts sent; nothing was placed",
+                self.url,
+                self.parts()
+            ),
+        )
+    }
+
+    /// Ends an unfinished multipart upload, so that the store drops its
+    /// parts; nothing appears under the key.
+    pub fn abort(&self) {
+        let id = self.lock().id.take();
+        let Some(id) = id else { return };
+        let r = self.store.block_on(
+            self.store
+                .client()
+                .abort_multipart_upload()
+                .bucket(&self.url.bucket)
+                .key(&self.url.key)
+                .upload_id(&id)
+                .send(),
+        );
+        if let Err(e) = r {
+            tracing::warn!(
+                "could not abort the upload of {}: {}",
+                self.url,
+                from_sdk(e, "abort the upload of", &self.url, &self.store.endpoint)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_respect_s3s_limits() {
+        let mib = 1u64 << 20;
+        assert_eq!(part_size(0, 1 << 20, PART), Ok(PART));
+        assert_eq!(part_size(100 * mib, 1 << 20, PART), Ok(PART));
+        // 1 TiB: over 10,000 parts of 8 MiB, so bigger parts.
+        let p = part_size(1 << 40, 1 << 20, PART).unwrap();
+        assert!((1u64 << 40).div_ceil(p) <= MAX_PARTS && p.is_multiple_of(mib));
+        // 5 TiB fits; more does not.
+        let p = part_size(MAX_OBJECT, 4 << 20, PART).unwrap();
+        assert!(MAX_OBJECT.div_ceil(p) <= MAX_PARTS && (MIN_PART..=MAX_PART).contains(&p));
+        assert!(part_size(MAX_OBJECT + 1, 1 << 20, PART).is_err());
+        assert_eq!(part_size(100 * mib, 1 << 20, MIN_PART), Ok(5 * mib));
+        // Odd block sizes still make whole blocks per part.
+        assert!(part_size(mib, 3 << 20, PART)
+            .unwrap()
+            .is_multiple_of(3 << 20));
+    }
+}
