@@ -356,6 +356,7 @@ impl S3Args {
             profile: self.profile.clone(),
             endpoint: self.s3_endpoint.clone(),
             part_size: self.s3_part_size,
+            journals: Some(crate::home::dir().join("s3-uploads")),
         }
     }
 }
@@ -428,7 +429,10 @@ pub enum TransportArg {
 #[derive(Args)]
 pub struct ServeArgs {
     /// The directory tree to serve; nothing outside it is read or written.
-    /// Optional with --stdio, where paths are otherwise the login's own.
+    /// Optional with --stdio, where paths are otherwise the login's own
+    /// (and `s3://` paths reach the stores this login's credentials do).
+    /// `s3://BUCKET/PREFIX` serves objects: pushes land under the prefix
+    /// as objects, pulls read them.
     #[arg(long, value_name = "DIR", required_unless_present = "stdio")]
     pub root: Option<PathBuf>,
     /// Address and port to listen on (default 0.0.0.0:7050; with --stdio,
@@ -483,6 +487,8 @@ pub struct ServeArgs {
     pub cache: CacheArgs,
     #[command(flatten)]
     pub common: Common,
+    #[command(flatten)]
+    pub s3: S3Args,
 }
 
 /// The receiving side's chunk cache.

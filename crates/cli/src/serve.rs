@@ -1,9 +1,12 @@
 //! `haul serve` and `haul keygen`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use connect::net::{self, Tuning};
+use connect::TransferError;
+use endpoint::server::bucket::Buckets;
 use endpoint::{ClientKeys, ServerConfig};
 use secure::{AuthorizedKeys, Keypair};
 use store::Root;
@@ -31,9 +34,16 @@ fn stdio(a: ServeArgs) -> i32 {
         eprintln!("haul serve --stdio: {msg}");
         exit::code(code)
     };
-    let root = match a.root.as_deref().map(Root::new).transpose() {
-        Ok(r) => r,
-        Err(e) => return fail(e.code(), e.message),
+    let (root, buckets) = match served(&a) {
+        Ok(Served::Bucket(b, empty)) => (Some(empty), Some(b)),
+        Ok(Served::Files) => match a.root.as_deref().map(Root::new).transpose() {
+            // Without a root, `s3://` paths reach what this login's
+            // credentials do, as its files are the login's own.
+            Ok(None) => (None, Some(Arc::new(Buckets::Named(a.s3.options())))),
+            Ok(r) => (r, None),
+            Err(e) => return fail(e.code(), e.message),
+        },
+        Err(e) => return fail(e.code, e.message),
     };
     let listen = match a.listen.as_deref().map(listen_addr).transpose() {
         Ok(l) => l,
@@ -51,6 +61,7 @@ fn stdio(a: ServeArgs) -> i32 {
         cache,
         tunnel_to: a.tunnel_to.clone(),
         require_encryption: a.require_encryption,
+        buckets,
     };
     match ssh::serve_stdio(opts) {
         Ok(()) => exit::OK,
@@ -107,9 +118,19 @@ pub fn run(a: ServeArgs) -> i32 {
         eprintln!("haul serve: {msg}");
         code
     };
-    let root = match Root::new(a.root.as_deref().unwrap_or(std::path::Path::new("."))) {
-        Ok(r) => r,
-        Err(e) => return fail(exit::code(e.code()), e.message),
+    let (root, buckets) = match served(&a) {
+        Ok(Served::Bucket(b, empty)) => (empty, Some(b)),
+        Ok(Served::Files) => {
+            match Root::new(a.root.as_deref().unwrap_or(std::path::Path::new("."))) {
+                Ok(r) => (r, None),
+                Err(e) => return fail(exit::code(e.code()), e.message),
+            }
+        }
+        Err(e) => return fail(exit::code(e.code), e.message),
+    };
+    let shown_root = match buckets.as_deref() {
+        Some(Buckets::Root { root, .. }) => root.to_string(),
+        _ => root.path().display().to_string(),
     };
     let listen = match listen_addr(a.listen.as_deref().unwrap_or("0.0.0.0:7050")) {
         Ok(l) => l,
@@ -176,13 +197,13 @@ pub fn run(a: ServeArgs) -> i32 {
         max_tunnels: a.max_tunnels.max(1),
         memory: a.memory,
         prekeyed: None,
+        buckets,
     };
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;
     let res = endpoint::serve(cfg, |addr| {
         eprintln!(
-            "haul serve: listening on {addr}, root {}, server key {fingerprint}, congestion control {}{}",
-            root.path().display(),
+            "haul serve: listening on {addr}, root {shown_root}, server key {fingerprint}, congestion control {}{}",
             tuning.cc.as_deref().unwrap_or("system default"),
             if require_encryption { ", encryption required" } else { "" }
         );
@@ -194,6 +215,38 @@ pub fn run(a: ServeArgs) -> i32 {
             format!("cannot listen on {listen}: {e}"),
         ),
     }
+}
+
+/// What `--root` serves.
+enum Served {
+    Files,
+    /// A bucket's prefix, and an empty directory as the file root, which
+    /// no request reaches.
+    Bucket(Arc<Buckets>, Root),
+}
+
+/// `--root s3://BUCKET/PREFIX`: the store is asked once now, so that wrong
+/// credentials or a missing bucket stop the server at its start.
+fn served(a: &ServeArgs) -> Result<Served, TransferError> {
+    let Some(r) = a
+        .root
+        .as_deref()
+        .and_then(|p| p.to_str())
+        .filter(|p| s3::is_s3(p))
+    else {
+        return Ok(Served::Files);
+    };
+    let url = s3::S3Url::parse(r).map_err(|m| TransferError::new(ErrorCode::BadRequest, m))?;
+    let store = s3::Store::connect(&a.s3.options())?;
+    store.check(&url)?;
+    let empty = home::dir().join("s3-root");
+    std::fs::create_dir_all(&empty)
+        .map_err(|e| TransferError::from(store::StoreError::io("create", &empty, &e)))?;
+    let empty = Root::new(&empty)?;
+    Ok(Served::Bucket(
+        Arc::new(Buckets::Root { store, root: url }),
+        empty,
+    ))
 }
 
 pub fn keygen(a: KeygenArgs) -> i32 {

@@ -229,3 +229,171 @@ fn store_failures_have_their_own_exit_codes_and_leave_nothing() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn an_upload_killed_midway_resumes_with_only_the_missing_parts() {
+    if !gateway_available("the s3 resume test") {
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    let data = random_bytes(60 << 20, 11);
+    write_file(&env.root.join("big.bin"), &data);
+    let args = [
+        "--json",
+        "--s3-part-size",
+        "5M",
+        "--rate",
+        "100M",
+        "--transport",
+        "tcp",
+        &env.remote(&server, "big.bin"),
+        "s3://bkt/big.bin",
+    ];
+    let mut c = env.cp_cmd(&args);
+    gw.env(&mut c)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    // Killed once the journal names a few parts the store has.
+    let journals = env.home.join("s3-uploads");
+    let t0 = std::time::Instant::now();
+    let parts = || {
+        fs::read_dir(&journals)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| fs::read_to_string(e.ok()?.path()).ok())
+            .map_or(0, |t| t.lines().filter(|l| l.starts_with("part ")).count())
+    };
+    while parts() < 3 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no parts journaled"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "finished before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let journaled = parts() as u64;
+    assert!(
+        !gw.object("bkt", "big.bin").exists(),
+        "nothing under the key before the upload completes"
+    );
+    let out = cp(&env, &gw, &args[..]);
+    ok(&out);
+    let j = json(&out);
+    let resumed = j["resumed_bytes"].as_u64().unwrap();
+    assert!(resumed >= journaled * (5 << 20), "{j}");
+    assert!(
+        j["wire_bytes"].as_u64().unwrap() < (60 << 20) - resumed + (2 << 20),
+        "sent again only what was missing: {j}"
+    );
+    assert!(fs::read(gw.object("bkt", "big.bin")).unwrap() == data);
+    assert!(
+        fs::read_dir(&journals).unwrap().next().is_none(),
+        "the journal goes with the completed upload"
+    );
+}
+
+#[test]
+fn a_daemon_serves_a_bucket_across_a_long_link() {
+    if !netem::testing::require_emulator("the bucket-daemon-over-WAN test")
+        || !gateway_available("the bucket-daemon-over-WAN test")
+    {
+        return;
+    }
+    // 200 Mbit/s, 100 ms round trip, 0.1% loss each way.
+    let link = netsim::LinkConfig {
+        delay: std::time::Duration::from_millis(50),
+        rate_bps: Some(200_000_000),
+        loss: 0.001,
+        ..Default::default()
+    };
+    let emu = netem::Emulator::start(netem::EmulatorConfig {
+        name: netem::testing::unique_name("s3wan"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 27,
+        block_udp: false,
+        only_tcp_ports: vec![],
+        path_mtu: None,
+    })
+    .expect("emulator starts");
+    let env = Env::new();
+    let gw = Gateway::start_in_b(&emu, env.dir.path(), &["bkt"]);
+    // The daemon in b lands pushes in the bucket beside it.
+    let mut serve = emu.command_b(HAUL);
+    serve
+        .args(["serve", "--listen", &format!("{}:7050", netem::ADDR_B)])
+        .args(["--root", "s3://bkt/served"])
+        .env("HAUL_HOME", &env.server_home)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    gw.env(&mut serve);
+    let mut child = serve.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let _server = common::emu::Remote::from(child);
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("haul serve --root s3:// listens");
+
+    let data = random_bytes(24 << 20, 5);
+    let src = env.local.join("data.bin");
+    write_file(&src, &data);
+    let tree = env.local.join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    write_file(&tree.join("a"), &random_bytes(300_000, 1));
+    write_file(&tree.join("sub/b"), &random_bytes(70_000, 2));
+    let far = |p: &str| format!("{}:7050:{p}", netem::ADDR_B);
+    ok(&common::emu::cp_in_a(
+        &emu,
+        &env,
+        &[src.to_str().unwrap(), &far("in/data.bin")],
+    ));
+    assert!(fs::read(gw.object("bkt", "served/in/data.bin")).unwrap() == data);
+    ok(&common::emu::cp_in_a(
+        &emu,
+        &env,
+        &["-r", tree.to_str().unwrap(), &far("in/")],
+    ));
+    assert_eq!(
+        fs::read(gw.object("bkt", "served/in/tree/sub/b")).unwrap(),
+        random_bytes(70_000, 2)
+    );
+    // And pulled back, objects to files, across the same link.
+    let back = env.local.join("back");
+    let out = common::emu::cp_in_a(
+        &emu,
+        &env,
+        &["-r", &far("in/"), &format!("{}/", back.display())],
+    );
+    ok(&out);
+    assert!(fs::read(back.join("data.bin")).unwrap() == data);
+    assert_eq!(
+        fs::read(back.join("tree/a")).unwrap(),
+        random_bytes(300_000, 1)
+    );
+    // Nothing outside the served prefix is named.
+    fails(
+        &common::emu::cp_in_a(&emu, &env, &[&far("../x"), back.to_str().unwrap()]),
+        8,
+    );
+}

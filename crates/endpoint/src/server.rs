@@ -27,6 +27,7 @@ use connect::progress::Progress;
 use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW};
 use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
+pub mod bucket;
 mod keyed;
 mod limits;
 pub use keyed::Prekeyed;
@@ -82,6 +83,9 @@ pub struct ServerConfig {
     pub memory: u64,
     /// The session started over ssh, keyed in the greetings (P-27).
     pub prekeyed: Option<Prekeyed>,
+    /// Objects served instead of files (`--root s3://...`), or reachable
+    /// by `s3://` paths (over ssh).
+    pub buckets: Option<Arc<bucket::Buckets>>,
 }
 
 struct Server {
@@ -439,15 +443,41 @@ impl Server {
 
         // Prepare the side we play before accepting, so errors come first.
         enum Side {
-            Send(Box<SenderSession>, Sources, u64),
-            Receive(Box<Sink>, transfer::ReceiveOptions),
+            Send(Box<SenderSession>, Box<dyn store::BlockSource>, u64),
+            Receive(Box<dyn store::BlockSink>, transfer::ReceiveOptions),
             Tunnel(String),
         }
+        let buckets = self.cfg.buckets.clone();
+        let objects = |p: &String| buckets.as_ref().filter(|b| b.serves(p));
         let side = match req.op {
             Op::Tunnel => match self.cfg.tunnel_to.check(&req.paths[0]) {
                 Ok(()) => Side::Tunnel(req.paths[0].clone()),
                 Err(e) => return refuse(&mut ctrl_w, e),
             },
+            Op::Pull if req.paths.iter().any(|p| objects(p).is_some()) => {
+                let Some(b) = objects(&req.paths[0])
+                    .filter(|_| req.paths.iter().all(|p| objects(p).is_some()))
+                else {
+                    let e = TransferError::new(
+                        ErrorCode::BadRequest,
+                        "pull either s3:// locations or files, not both at once",
+                    );
+                    return refuse(&mut ctrl_w, e);
+                };
+                let (entries, sources, bytes) = match b.sources(&req.paths, req.recursive) {
+                    Ok(o) => o,
+                    Err(e) => return refuse(&mut ctrl_w, e),
+                };
+                let mut session = SenderSession::new(entries, req.block_size, send_window(&req));
+                if req.sync.gated {
+                    let gated =
+                        transfer::gate_sender(&mut session, &req.sync, &*sources, req.block_size);
+                    if let Err(e) = gated {
+                        return refuse(&mut ctrl_w, e);
+                    }
+                }
+                Side::Send(Box::new(session), sources, bytes)
+            }
             Op::Pull => {
                 // A path naming a directory's contents keeps its final '/'
                 // through resolving, for the walk (P-8).
@@ -477,7 +507,7 @@ impl Server {
                         return refuse(&mut ctrl_w, e);
                     }
                 }
-                Side::Send(Box::new(session), sources, bytes)
+                Side::Send(Box::new(session), Box::new(sources), bytes)
             }
             Op::Probe { bytes } => {
                 // One file of generated data, verified and discarded by the
@@ -494,7 +524,33 @@ impl Server {
                     target: Vec::new(),
                 };
                 let session = SenderSession::new(vec![probe], req.block_size, send_window(&req));
-                Side::Send(Box::new(session), Sources::generated(), bytes)
+                Side::Send(Box::new(session), Box::new(Sources::generated()), bytes)
+            }
+            Op::Push if objects(&req.paths[0]).is_some() => {
+                let b = objects(&req.paths[0]).expect("checked");
+                if !req.basis.is_empty() {
+                    let e = TransferError::new(
+                        ErrorCode::BadRequest,
+                        "--basis names a file, and this destination is an object store's",
+                    );
+                    return refuse(&mut ctrl_w, e);
+                }
+                match b.sink(&req.paths[0], req.many_sources, req.contents) {
+                    Ok(sink) => Side::Receive(
+                        sink,
+                        transfer::ReceiveOptions {
+                            sync: req.sync,
+                            basis: None,
+                            cache: self
+                                .cfg
+                                .cache
+                                .as_ref()
+                                .and_then(|c| c.for_peer(&est.peer.fingerprint())),
+                            contents: req.contents,
+                        },
+                    ),
+                    Err(e) => return refuse(&mut ctrl_w, e),
+                }
             }
             Op::Push => {
                 let dest = &req.paths[0];
@@ -522,7 +578,7 @@ impl Server {
                 };
                 match dest_res.and_then(|d| basis.map(|b| (d, b))) {
                     Ok((d, basis)) => Side::Receive(
-                        Box::new(Sink::new(d, req.preserve)),
+                        Box::new(Sink::new(d, req.preserve)) as Box<dyn store::BlockSink>,
                         transfer::ReceiveOptions {
                             sync: req.sync,
                             basis,
@@ -629,7 +685,7 @@ impl Server {
                     ctrl_w,
                     send_path,
                     *session,
-                    &sources,
+                    &*sources,
                     Sending {
                         rate: rate_of(&req),
                         compress: transfer::compress::mode_from_wire(

@@ -30,6 +30,9 @@ pub struct S3Options {
     /// The smallest part of an upload (`--s3-part-size`; default
     /// [`crate::upload::PART`]).
     pub part_size: Option<u64>,
+    /// Where the journals of uploads that may resume are kept
+    /// (`$HAUL_HOME/s3-uploads`); none: an interrupted upload is aborted.
+    pub journals: Option<std::path::PathBuf>,
 }
 
 /// Requests each transfer keeps in flight to the store: parts uploading,
@@ -47,6 +50,7 @@ pub struct Store {
     pub(crate) slots: Arc<tokio::sync::Semaphore>,
     /// The smallest part of an upload, where told.
     pub(crate) part: Option<u64>,
+    pub(crate) journals: Option<std::path::PathBuf>,
 }
 
 impl Store {
@@ -109,6 +113,7 @@ impl Store {
             endpoint: endpoint.unwrap_or_else(|| "AWS S3".into()),
             slots: Arc::new(tokio::sync::Semaphore::new(PARALLEL)),
             part: opts.part_size,
+            journals: opts.journals.clone(),
         }))
     }
 

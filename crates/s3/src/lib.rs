@@ -7,16 +7,20 @@
 //! - [`client`]: the S3 client, configured by the AWS conventions, and
 //!   the runtime its requests run on.
 //! - [`error`](mod@error): what the store said, classified for exit codes.
+//! - [`limits`]: S3's limits on parts and objects.
 //! - [`list`]: an `s3://` source as a manifest.
 //! - [`read`]: one object read at offsets, ranged GETs ahead of the reader.
 //! - [`source`]: objects as the sender's block source.
 //! - [`upload`]: one object written by a multipart upload, parts in parallel.
+//! - [`resume`]: the journal an interrupted upload leaves to resume from.
 //! - [`sink`]: a bucket as the receiver's block sink.
 
 pub mod client;
 pub mod error;
+pub mod limits;
 pub mod list;
 pub mod read;
+pub mod resume;
 pub mod sink;
 pub mod source;
 pub mod upload;

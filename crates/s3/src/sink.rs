@@ -15,6 +15,7 @@ use store::{BlockSink, Held, Stamp, StoreError, StoreErrorKind};
 use crate::client::Store;
 use crate::list::{format_mtime, head, MTIME};
 use crate::read::ObjectReader;
+use crate::resume;
 use crate::upload::Upload;
 use crate::url::S3Url;
 
@@ -127,8 +128,14 @@ impl BlockSink for S3Sink {
 
     fn let_go(&self) {}
 
+    /// Objects under the destination, or uploads into it left to resume.
     fn destination_exists(&self) -> bool {
-        self.store.check(&self.base).unwrap_or(false)
+        let left = self.store.journals.as_deref().is_some_and(|d| {
+            let under = self.base.to_string();
+            let under = under.trim_end_matches('/');
+            resume::headers(d).iter().any(|h| h.url.starts_with(under))
+        });
+        left || self.store.check(&self.base).unwrap_or(false)
     }
 
     fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
@@ -143,8 +150,15 @@ impl BlockSink for S3Sink {
             .map(|info| Arc::new(ObjectReader::new(self.store.clone(), info)) as Arc<dyn Held>))
     }
 
-    fn partial_of(&self, _rel: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
-        Ok(None)
+    /// An upload left to resume, told by its journal: nothing to read at
+    /// offsets (its parts cannot be read back), but `open_file` takes it
+    /// over and `held_blocks` names what it holds.
+    fn partial_of(&self, rel: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
+        let (Some(dir), Some(url)) = (self.store.journals.as_deref(), self.url_of(rel)?) else {
+            return Ok(None);
+        };
+        let path = resume::path_for(dir, &self.store.endpoint, &url);
+        Ok(resume::read(&path).map(|_| Arc::new(Nothing) as Arc<dyn Held>))
     }
 
     fn make_dir(&self, rel: &[u8], _mode: u32) -> Result<(), StoreError> {
@@ -171,13 +185,15 @@ impl BlockSink for S3Sink {
             MTIME.to_string(),
             format_mtime(stamp.mtime, stamp.mtime_nsec),
         )];
-        let up = Upload::new(
-            self.store.clone(),
-            url,
+        let shape = (
             stamp.size,
             stamp.block_size,
-            metadata,
-        )?;
+            (stamp.mtime, stamp.mtime_nsec),
+        );
+        let up = match Upload::resume(self.store.clone(), url.clone(), shape, metadata.clone())? {
+            Some(up) => up,
+            None => Upload::new(self.store.clone(), url, shape, metadata)?,
+        };
         let old = self
             .uploads
             .lock()
@@ -189,8 +205,8 @@ impl BlockSink for S3Sink {
         Ok(())
     }
 
-    fn held_blocks(&self, _id: u32) -> Result<Vec<(u32, [u8; 32])>, StoreError> {
-        Ok(Vec::new())
+    fn held_blocks(&self, id: u32) -> Result<Vec<(u32, [u8; 32])>, StoreError> {
+        Ok(self.upload(id)?.held())
     }
 
     fn write_block(&self, id: u32, offset: u64, data: &[u8]) -> Result<(), StoreError> {
@@ -202,7 +218,11 @@ impl BlockSink for S3Sink {
         self.upload(id)?.write(offset, None, u64::from(len))
     }
 
-    fn record(&self, _id: u32, _index: u32, _hash: &[u8; 32]) {}
+    fn record(&self, id: u32, index: u32, hash: &[u8; 32]) {
+        if let Ok(up) = self.upload(id) {
+            up.record(index, hash);
+        }
+    }
 
     fn finalize(&self, batch: &[(u32, u32, i64, u32)]) -> Result<(), StoreError> {
         let mut ups = Vec::with_capacity(batch.len());
@@ -272,6 +292,29 @@ impl BlockSink for S3Sink {
         for u in ups {
             let _ = u.settle();
             u.abort();
+        }
+    }
+}
+
+/// What `partial_of` hands back for an upload left to resume: it has no
+/// bytes to read (a multipart upload's parts cannot be read back).
+struct Nothing;
+
+impl Held for Nothing {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(0)
+    }
+
+    fn stat(&self) -> std::io::Result<(u64, i64, u32)> {
+        Ok((0, 0, 0))
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], _offset: u64) -> std::io::Result<()> {
+        match buf.is_empty() {
+            true => Ok(()),
+            false => Err(std::io::Error::other(
+                "an upload left to resume has no bytes to read",
+            )),
         }
     }
 }

@@ -5,25 +5,21 @@
 //! the multipart upload completes last, after the file is verified. An
 //! object of one part is sent with one PUT at that moment.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use store::{StoreError, StoreErrorKind};
 
 use crate::client::Store;
 use crate::error::from_sdk;
+use crate::resume::{self, Header, Journal, PartLine};
 use crate::url::S3Url;
 
-/// S3's limits on a multipart upload.
-pub const MAX_PARTS: u64 = 10_000;
-pub const MIN_PART: u64 = 5 << 20;
-pub const MAX_PART: u64 = 5 << 30;
-pub const MAX_OBJECT: u64 = 5 << 40;
-/// The smallest part haul uses: fewer requests, and parts big enough to
-/// keep a store's connection busy.
-pub const PART: u64 = 8 << 20;
+pub use crate::limits::{MAX_OBJECT, MAX_PART, MAX_PARTS, MIN_PART, PART};
 
 /// The part size for an object of `size` bytes written in blocks of
 /// `block`: at least `least` ([`PART`] unless told), few enough parts for
@@ -60,6 +56,18 @@ struct State {
     /// Part uploads in flight.
     running: usize,
     failed: Option<StoreError>,
+    /// Verified blocks' hashes, by part, until the part is journaled.
+    hashes: HashMap<u32, Vec<Option<[u8; 32]>>>,
+    /// Parts noted in the journal.
+    journaled: HashSet<u32>,
+    /// Parts an interrupted upload left, taken over: nothing more may be
+    /// written into them.
+    resumed: HashSet<u32>,
+    /// Their blocks, for the sender to check: `(index, hash)`.
+    held: Vec<(u32, [u8; 32])>,
+    journal: Option<Arc<Journal>>,
+    /// Never to be resumed: the source changed under it.
+    spoiled: bool,
 }
 
 /// One object being written.
@@ -68,30 +76,181 @@ pub struct Upload {
     pub url: S3Url,
     size: u64,
     part: u64,
+    block: u32,
+    mtime: (i64, u32),
     metadata: Vec<(String, String)>,
+    /// Where its journal goes, if it may resume.
+    journal_path: Option<PathBuf>,
     state: Mutex<State>,
     changed: Condvar,
 }
 
 impl Upload {
+    /// A new upload of `size` bytes in blocks of `block`, from a source
+    /// last modified at `mtime`.
     pub fn new(
         store: Arc<Store>,
         url: S3Url,
-        size: u64,
-        block: u32,
+        (size, block, mtime): (u64, u32, (i64, u32)),
         metadata: Vec<(String, String)>,
     ) -> Result<Arc<Upload>, StoreError> {
         let part = part_size(size, block, store.part.unwrap_or(PART))
             .map_err(|why| StoreError::new(StoreErrorKind::BadRequest, format!("{url}: {why}")))?;
+        let journal_path = store
+            .journals
+            .as_ref()
+            .map(|d| resume::path_for(d, &store.endpoint, &url));
         Ok(Arc::new(Upload {
             store,
             url,
             size,
             part,
+            block,
+            mtime,
             metadata,
+            journal_path,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         }))
+    }
+
+    /// Takes over what an interrupted upload of this same source version
+    /// left: the parts its journal names that the store still has
+    /// (ListParts). `None` when there is nothing to resume; an upload
+    /// left for another version is aborted.
+    pub fn resume(
+        store: Arc<Store>,
+        url: S3Url,
+        (size, block, mtime): (u64, u32, (i64, u32)),
+        metadata: Vec<(String, String)>,
+    ) -> Result<Option<Arc<Upload>>, StoreError> {
+        let Some(path) = store
+            .journals
+            .as_ref()
+            .map(|d| resume::path_for(d, &store.endpoint, &url))
+        else {
+            return Ok(None);
+        };
+        let Some((h, lines)) = resume::read(&path) else {
+            return Ok(None);
+        };
+        let same = h.url == url.to_string()
+            && (h.size, h.block, h.mtime, h.mtime_nsec) == (size, block, mtime.0, mtime.1);
+        let listed = if same && !lines.is_empty() {
+            list_parts(&store, &url, &h.upload_id)?
+        } else {
+            HashMap::new()
+        };
+        let up = Arc::new(Upload {
+            store: store.clone(),
+            url: url.clone(),
+            size,
+            part: h.part,
+            block,
+            mtime,
+            metadata,
+            journal_path: Some(path.clone()),
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let mut st = up.lock();
+        st.id = Some(h.upload_id.clone());
+        for l in lines {
+            let index = (l.number - 1) as u32;
+            let whole = up.part_len(u64::from(index));
+            if listed
+                .get(&l.number)
+                .is_none_or(|(etag, len)| *etag != l.etag || *len != whole)
+            {
+                continue;
+            }
+            let first = (u64::from(index) * up.part / u64::from(block)) as u32;
+            st.held.extend(
+                l.hashes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| (first + i as u32, *h)),
+            );
+            let mut part = CompletedPart::builder().part_number(l.number).e_tag(l.etag);
+            if let Some(c) = l.crc {
+                part = part.checksum_crc32_c(c);
+            }
+            st.sent.insert(l.number, part.build());
+            st.resumed.insert(index);
+            st.journaled.insert(index);
+        }
+        if st.resumed.is_empty() {
+            drop(st);
+            // Nothing of it is usable: give the store its parts back.
+            up.abort_now();
+            return Ok(None);
+        }
+        st.journal = Journal::reopen(path).ok().map(Arc::new);
+        tracing::info!(
+            "resuming the upload of {url}: {} of {} parts are in the store",
+            st.resumed.len(),
+            up.parts()
+        );
+        drop(st);
+        Ok(Some(up))
+    }
+
+    /// The blocks a resumed upload holds, verified when they were sent:
+    /// `(index, hash)`.
+    pub fn held(&self) -> Vec<(u32, [u8; 32])> {
+        self.lock().held.clone()
+    }
+
+    /// Block `index` was written and verified: its hash goes into the
+    /// journal with its part, once the store has that part.
+    pub fn record(&self, index: u32, hash: &[u8; 32]) {
+        let at = u64::from(index) * u64::from(self.block);
+        if at >= self.size.max(1) || self.parts() == 1 || self.journal_path.is_none() {
+            return;
+        }
+        let part = (at / self.part) as u32;
+        let within = ((at - u64::from(part) * self.part) / u64::from(self.block)) as usize;
+        let blocks = self
+            .part_len(u64::from(part))
+            .div_ceil(u64::from(self.block)) as usize;
+        let mut st = self.lock();
+        if st.journal.is_none() && st.id.is_some() {
+            return;
+        }
+        let slots = st.hashes.entry(part).or_insert_with(|| vec![None; blocks]);
+        if let Some(s) = slots.get_mut(within) {
+            *s = Some(*hash);
+        }
+        self.note(&mut st, part);
+    }
+
+    /// Journals part `index` once the store has it and all its blocks'
+    /// hashes are known.
+    fn note(&self, st: &mut State, index: u32) {
+        let Some(journal) = st.journal.clone() else {
+            return;
+        };
+        if st.journaled.contains(&index) {
+            return;
+        }
+        let number = index as i32 + 1;
+        let Some(sent) = st.sent.get(&number) else {
+            return;
+        };
+        let Some(hashes) = st.hashes.get(&index) else {
+            return;
+        };
+        if hashes.iter().any(Option::is_none) {
+            return;
+        }
+        journal.append(&PartLine {
+            number,
+            etag: sent.e_tag().unwrap_or_default().to_string(),
+            crc: sent.checksum_crc32_c().map(str::to_string),
+            hashes: hashes.iter().flatten().copied().collect(),
+        });
+        st.hashes.remove(&index);
+        st.journaled.insert(index);
     }
 
     fn parts(&self) -> u64 {
@@ -135,6 +294,17 @@ impl Upload {
                 let mut st = self.lock();
                 if let Some(e) = &st.failed {
                     return Err(e.clone());
+                }
+                if st.resumed.contains(&(i as u32)) {
+                    // The sender found a held block changed: the parts
+                    // in the store are of another version after all.
+                    st.spoiled = true;
+                    let e = StoreError::new(
+                        StoreErrorKind::Other,
+                        format!("{} {}", self.url, store::source::CHANGED),
+                    );
+                    st.failed = Some(e.clone());
+                    return Err(e);
                 }
                 let (buf, filled) = st
                     .filling
@@ -195,6 +365,25 @@ impl Upload {
             ));
         }
         st.id = Some(id.clone());
+        if let Some(path) = &self.journal_path {
+            let header = Header {
+                upload_id: id.clone(),
+                url: self.url.to_string(),
+                size: self.size,
+                mtime: self.mtime.0,
+                mtime_nsec: self.mtime.1,
+                block: self.block,
+                part: self.part,
+            };
+            match Journal::create(path.clone(), &header) {
+                Ok(j) => st.journal = Some(Arc::new(j)),
+                Err(e) => tracing::warn!(
+                    "cannot write {}: {e}; the upload of {} will not resume",
+                    path.display(),
+                    self.url
+                ),
+            }
+        }
         Ok(id)
     }
 
@@ -234,6 +423,7 @@ impl Upload {
                         part = part.checksum_crc32_c(c);
                     }
                     st.sent.insert(number, part.build());
+                    me.note(&mut st, index);
                 }
                 Err(e) => {
                     let e = from_sdk(
@@ -320,7 +510,11 @@ impl Upload {
             .send()
             .await
             .map_err(|e| from_sdk(e, "complete the upload of", &self.url, &self.store.endpoint))?;
-        self.lock().id = None;
+        let mut st = self.lock();
+        st.id = None;
+        if let Some(j) = st.journal.take() {
+            j.remove();
+        }
         Ok(())
     }
 
@@ -335,10 +529,34 @@ impl Upload {
         )
     }
 
-    /// Ends an unfinished multipart upload, so that the store drops its
-    /// parts; nothing appears under the key.
+    /// The transfer failed: an upload with parts in the store and a
+    /// journal is kept to resume; any other is aborted, so that the store
+    /// drops its parts. Nothing appears under the key either way.
     pub fn abort(&self) {
-        let id = self.lock().id.take();
+        let keep = {
+            let st = self.lock();
+            !st.spoiled && st.journal.is_some() && !st.journaled.is_empty()
+        };
+        if keep {
+            tracing::info!("kept the upload of {} to resume from", self.url);
+            return;
+        }
+        self.abort_now();
+    }
+
+    /// Ends the multipart upload now, and its journal.
+    fn abort_now(&self) {
+        let (id, journal) = {
+            let mut st = self.lock();
+            (st.id.take(), st.journal.take())
+        };
+        match (&journal, &self.journal_path) {
+            (Some(j), _) => j.remove(),
+            (None, Some(p)) => {
+                let _ = std::fs::remove_file(p);
+            }
+            _ => {}
+        }
         let Some(id) = id else { return };
         let r = self.store.block_on(
             self.store
@@ -357,6 +575,49 @@ impl Upload {
             );
         }
     }
+}
+
+/// The parts the store has of upload `id`: number to (ETag, length).
+fn list_parts(
+    store: &Store,
+    url: &S3Url,
+    id: &str,
+) -> Result<HashMap<i32, (String, u64)>, StoreError> {
+    let mut parts = HashMap::new();
+    let mut marker: Option<String> = None;
+    for _ in 0..=MAX_PARTS / 1000 {
+        let r = store.block_on(
+            store
+                .client()
+                .list_parts()
+                .bucket(&url.bucket)
+                .key(&url.key)
+                .upload_id(id)
+                .set_part_number_marker(marker.take())
+                .send(),
+        );
+        let out = match r {
+            Ok(o) => o,
+            // Aborted, or completed, meanwhile: nothing to take over.
+            Err(e)
+                if e.code() == Some("NoSuchUpload")
+                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
+            {
+                return Ok(HashMap::new())
+            }
+            Err(e) => return Err(from_sdk(e, "list the parts of", url, &store.endpoint)),
+        };
+        for p in out.parts() {
+            if let (Some(n), Some(tag)) = (p.part_number(), p.e_tag()) {
+                parts.insert(n, (tag.to_string(), p.size().unwrap_or(0).max(0) as u64));
+            }
+        }
+        match out.next_part_number_marker() {
+            Some(m) if out.is_truncated() == Some(true) => marker = Some(m.to_string()),
+            _ => break,
+        }
+    }
+    Ok(parts)
 }
 
 #[cfg(test)]

@@ -39,6 +39,9 @@ pub struct StdioOptions {
     pub tunnel_to: Vec<String>,
     /// `--require-encryption` (P-39).
     pub require_encryption: bool,
+    /// Objects: a root of `s3://...`, or `s3://` paths the login's
+    /// credentials reach.
+    pub buckets: Option<std::sync::Arc<endpoint::server::bucket::Buckets>>,
 }
 
 /// Whether sshd runs this as a forced command (`command=` in
@@ -187,6 +190,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         max_tunnels: 4,
         memory: endpoint::server::DAEMON_MEMORY,
         prekeyed,
+        buckets: opts.buckets,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

@@ -19,6 +19,12 @@ impl Remote {
     }
 }
 
+impl From<std::process::Child> for Remote {
+    fn from(child: std::process::Child) -> Remote {
+        Remote { child }
+    }
+}
+
 impl Drop for Remote {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -15,6 +15,8 @@ pub const SECRET: &str = "haul-test-secret-0123456789";
 
 pub struct Gateway {
     child: Child,
+    /// Where it listens.
+    pub host: String,
     pub port: u16,
     /// Where the buckets are: `root/BUCKET/KEY`.
     pub root: PathBuf,
@@ -54,20 +56,50 @@ impl Gateway {
     /// Starts the server under `dir` with the buckets named, and waits
     /// (bounded) until it answers.
     pub fn start(dir: &Path, buckets: &[&str]) -> Gateway {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Gateway::start_with(
+            dir,
+            buckets,
+            ("127.0.0.1", port),
+            netem::testing::program,
+            |addr| TcpStream::connect(addr).is_ok(),
+        )
+    }
+
+    /// Starts it inside the emulator's namespace b, beside a daemon there.
+    pub fn start_in_b(emu: &netem::Emulator, dir: &Path, buckets: &[&str]) -> Gateway {
+        Gateway::start_with(
+            dir,
+            buckets,
+            (netem::ADDR_B, 7070),
+            |bin| emu.command_b(bin),
+            |addr| {
+                let addr = addr.to_string();
+                emu.in_b(move || TcpStream::connect(addr.as_str())).is_ok()
+            },
+        )
+    }
+
+    fn start_with(
+        dir: &Path,
+        buckets: &[&str],
+        (host, port): (&str, u16),
+        launch: impl FnOnce(&str) -> Command,
+        answers: impl Fn(&str) -> bool,
+    ) -> Gateway {
         let root = dir.join("s3");
         let home = dir.join("s3-home");
         std::fs::create_dir_all(&home).unwrap();
         for b in buckets {
             std::fs::create_dir_all(root.join(b)).unwrap();
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = netem::testing::program(binary().to_str().unwrap())
+        let child = launch(binary().to_str().unwrap())
             .args(["--access", ACCESS, "--secret", SECRET, "--quiet", "--port"])
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(format!("{host}:{port}"))
             .arg("posix")
             .arg(&root)
             .stdin(Stdio::null())
@@ -77,12 +109,13 @@ impl Gateway {
             .expect("start versitygw");
         let gw = Gateway {
             child,
+            host: host.to_string(),
             port,
             root,
             home,
         };
         let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !answers(&format!("{host}:{port}")) {
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
                 "versitygw did not start listening on {port}"
@@ -93,7 +126,7 @@ impl Gateway {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     /// Points `cmd` at this server with its credentials, and at no AWS
