@@ -397,3 +397,43 @@ fn a_daemon_serves_a_bucket_across_a_long_link() {
         8,
     );
 }
+
+#[test]
+fn over_ssh_a_remote_path_may_be_a_bucket_the_remote_reaches() {
+    if !common::sshd::sshd_available("the s3-over-ssh test")
+        || !gateway_available("the s3-over-ssh test")
+    {
+        return;
+    }
+    let env = Env::new();
+    let sshd = common::sshd::Sshd::start(env.dir.path());
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    // The remote side's credentials: its environment, as a login's
+    // profile would set it (sshd passes none of the client's).
+    let remote_haul = format!(
+        "env AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} AWS_ENDPOINT_URL={} AWS_EC2_METADATA_DISABLED=true {HAUL}",
+        common::s3gw::ACCESS,
+        common::s3gw::SECRET,
+        gw.endpoint()
+    );
+    let rsh = sshd.rsh();
+    let data = random_bytes(3_000_000, 9);
+    let src = env.local.join("f.bin");
+    write_file(&src, &data);
+    let ssh_cp = |args: &[&str]| {
+        let mut all = vec!["-e", rsh.as_str(), "--remote-haul", remote_haul.as_str()];
+        all.extend_from_slice(args);
+        env.cp(&all)
+    };
+    ok(&ssh_cp(&[
+        src.to_str().unwrap(),
+        "127.0.0.1:s3://bkt/over/f.bin",
+    ]));
+    assert!(fs::read(gw.object("bkt", "over/f.bin")).unwrap() == data);
+    let back = env.local.join("back.bin");
+    ok(&ssh_cp(&[
+        "127.0.0.1:s3://bkt/over/f.bin",
+        back.to_str().unwrap(),
+    ]));
+    assert!(fs::read(&back).unwrap() == data);
+}
