@@ -51,6 +51,12 @@ pub struct Store {
     /// The smallest part of an upload, where told.
     pub(crate) part: Option<u64>,
     pub(crate) journals: Option<std::path::PathBuf>,
+    /// Requests travel over TLS, which protects bodies in transit: an
+    /// upload's body is then not hashed again for its signature (SigV4's
+    /// SHA-256 of the payload costs both ends about as much as all of
+    /// haul's own hashing); its CRC32C still goes with it. Over plain
+    /// HTTP the payload stays signed.
+    pub(crate) tls: bool,
 }
 
 impl Store {
@@ -107,7 +113,11 @@ impl Store {
         let s3 = aws_sdk_s3::config::Builder::from(&conf)
             .force_path_style(endpoint.is_some())
             .build();
+        let tls = endpoint
+            .as_deref()
+            .is_none_or(|e| e.starts_with("https://"));
         Ok(Arc::new(Store {
+            tls,
             rt,
             client: Client::from_conf(s3),
             endpoint: endpoint.unwrap_or_else(|| "AWS S3".into()),

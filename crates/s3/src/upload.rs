@@ -408,9 +408,11 @@ impl Upload {
                 .upload_id(&id)
                 .part_number(number)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                .body(ByteStream::from(buf))
-                .send()
-                .await;
+                .body(ByteStream::from(buf));
+            let r = match me.store.tls {
+                true => r.customize().disable_payload_signing().send().await,
+                false => r.send().await,
+            };
             drop(permit);
             let mut st = me.lock();
             st.running -= 1;
@@ -487,9 +489,11 @@ impl Upload {
             for (k, v) in &self.metadata {
                 req = req.metadata(k, v);
             }
-            req.send()
-                .await
-                .map_err(|e| from_sdk(e, "write", &self.url, &self.store.endpoint))?;
+            let r = match self.store.tls {
+                true => req.customize().disable_payload_signing().send().await,
+                false => req.send().await,
+            };
+            r.map_err(|e| from_sdk(e, "write", &self.url, &self.store.endpoint))?;
             return Ok(());
         }
         let id = id.ok_or_else(|| self.incomplete(0))?;
