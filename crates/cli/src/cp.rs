@@ -346,11 +346,6 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             dest: PullTo::Bucket(url),
             ..
         } => {
-            if a.delete {
-                return Err(usage(
-                    "--delete into an s3:// destination is not supported yet",
-                ));
-            }
             let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
             let store = s3::Store::connect(&a.s3.options())?;
             let sink = s3::S3Sink::new(store, url, sources.len() > 1, contents)?;

@@ -137,7 +137,7 @@ fn a_tree_through_a_prefix_keeps_names_and_times() {
 }
 
 #[test]
-fn sync_skips_the_objects_that_are_unchanged() {
+fn sync_skips_the_objects_that_are_unchanged_and_deletes_what_went() {
     if !gateway_available("the s3 sync test") {
         return;
     }
@@ -180,6 +180,38 @@ fn sync_skips_the_objects_that_are_unchanged() {
         (1.into(), 4.into())
     );
     assert_eq!(fs::read(gw.object("bkt", "mirror/f3")).unwrap(), b"changed");
+
+    // --delete: what the source no longer has goes, objects and prefixes.
+    fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    write_file(&tree.join("sub/deeper/x"), b"x");
+    assert_eq!(sync(&env)["files"], 1);
+    assert!(gw.object("bkt", "mirror/sub/deeper/x").is_file());
+    fs::remove_file(tree.join("f1")).unwrap();
+    fs::remove_dir_all(tree.join("sub")).unwrap();
+    let mut c = std::process::Command::new(HAUL);
+    c.args([
+        "sync",
+        "--delete",
+        "--json",
+        &env.remote(&server, "data/"),
+        "s3://bkt/mirror/",
+    ])
+    .env("HAUL_HOME", &env.home)
+    .stdin(std::process::Stdio::null());
+    gw.env(&mut c);
+    let out = output_within(c, CP_LIMIT);
+    ok(&out);
+    let mut deleted: Vec<String> = json(&out)["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted, ["f1", "sub"]);
+    assert!(!gw.object("bkt", "mirror/f1").exists());
+    assert!(!gw.object("bkt", "mirror/sub/deeper/x").exists());
+    assert!(gw.object("bkt", "mirror/f2").is_file());
 }
 
 #[test]

@@ -233,6 +233,51 @@ fn list_keys(store: &Store, url: &S3Url) -> Result<Vec<Key>, StoreError> {
     Ok(keys)
 }
 
+/// The keys and prefixes directly under `url`'s prefix (a delimiter of
+/// '/'): objects as their keys, prefixes ending in '/'.
+pub fn list_children(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = store
+            .block_on(
+                store
+                    .client()
+                    .list_objects_v2()
+                    .bucket(&url.bucket)
+                    .prefix(&url.key)
+                    .delimiter("/")
+                    .set_continuation_token(token.take())
+                    .send(),
+            )
+            .map_err(|e| from_sdk(e, "list", url, &store.endpoint))?;
+        out.extend(
+            page.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_string)),
+        );
+        out.extend(
+            page.common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix().map(str::to_string)),
+        );
+        match page.next_continuation_token() {
+            Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+            _ => break,
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every key under `url`'s prefix.
+pub fn list_all(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreError> {
+    Ok(list_keys(store, url)?
+        .into_iter()
+        .map(|(k, ..)| k)
+        .collect())
+}
+
 /// HEADs one object: its size, ETag and modification time; `None` when
 /// there is no such key.
 pub fn head(store: &Store, url: &S3Url) -> Result<Option<ObjectInfo>, StoreError> {

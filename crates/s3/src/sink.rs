@@ -4,7 +4,7 @@
 //! are implied by keys; links cannot be stored and are skipped with a
 //! warning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -13,7 +13,9 @@ use store::sink::Extraneous;
 use store::{BlockSink, Held, Stamp, StoreError, StoreErrorKind};
 
 use crate::client::Store;
+use crate::error::from_sdk;
 use crate::list::{format_mtime, head, MTIME};
+use crate::list::{list_all, list_children};
 use crate::read::ObjectReader;
 use crate::resume;
 use crate::upload::Upload;
@@ -106,16 +108,6 @@ impl S3Sink {
                     format!("file {id} was not opened"),
                 )
             })
-    }
-
-    fn unsupported(&self, what: &str) -> StoreError {
-        StoreError::new(
-            StoreErrorKind::BadRequest,
-            format!(
-                "{what} is not supported for an s3:// destination yet ({})",
-                self.base
-            ),
-        )
     }
 }
 
@@ -267,18 +259,90 @@ impl BlockSink for S3Sink {
         Ok(())
     }
 
+    /// What `--delete` removes (P-32): under each directory of the
+    /// manifest (and with `contents` under the destination itself), the
+    /// objects and the prefixes ("directories") that no entry names.
+    /// Each is returned as its key (a prefix ends in '/') and its path
+    /// relative to the destination. Uploads in progress are not objects,
+    /// so never listed.
     fn extraneous(
         &self,
-        _dirs: &[Vec<u8>],
-        _keep: &[Vec<u8>],
-        _contents: bool,
+        dirs: &[Vec<u8>],
+        keep: &[Vec<u8>],
+        contents: bool,
         _partials: bool,
     ) -> Result<Vec<Extraneous>, StoreError> {
-        Err(self.unsupported("--delete"))
+        let mut kept = HashSet::new();
+        for rel in keep {
+            if let Some(k) = self.key_of(rel)? {
+                kept.insert(k);
+            }
+        }
+        let mut scopes = Vec::new();
+        if contents && self.placement == Placement::Into {
+            scopes.push(self.base.as_prefix());
+        }
+        for rel in dirs {
+            match self.key_of(rel)? {
+                Some(k) => scopes.push(format!("{k}/")),
+                None => scopes.push(self.base.as_prefix()),
+            }
+        }
+        scopes.sort();
+        scopes.dedup();
+        let top = match self.placement {
+            Placement::Into => self.base.as_prefix(),
+            Placement::As => format!("{}/", self.base.key),
+        };
+        let top = if self.base.key.is_empty() {
+            String::new()
+        } else {
+            top
+        };
+        let mut out = Vec::new();
+        for scope in scopes {
+            let scope = if scope == "/" { String::new() } else { scope };
+            for child in list_children(&self.store, &self.base.at(scope.clone()))? {
+                let name = child.trim_end_matches('/');
+                if child == scope || kept.contains(name) {
+                    continue;
+                }
+                let shown = child
+                    .strip_prefix(&top)
+                    .unwrap_or(&child)
+                    .trim_end_matches('/');
+                out.push((child.as_bytes().to_vec(), shown.as_bytes().to_vec()));
+            }
+        }
+        Ok(out)
     }
 
-    fn remove(&self, _places: &[Vec<u8>], _partials: bool) -> Result<Vec<bool>, StoreError> {
-        Err(self.unsupported("--delete"))
+    /// Deletes what `extraneous` found: an object, or every object under a
+    /// prefix.
+    fn remove(&self, places: &[Vec<u8>], _partials: bool) -> Result<Vec<bool>, StoreError> {
+        let mut gone = Vec::with_capacity(places.len());
+        for place in places {
+            let key = String::from_utf8_lossy(place).into_owned();
+            let keys = match key.ends_with('/') {
+                true => list_all(&self.store, &self.base.at(key.clone()))?,
+                false => vec![key.clone()],
+            };
+            for k in keys {
+                let url = self.base.at(k);
+                self.store
+                    .block_on(
+                        self.store
+                            .client()
+                            .delete_object()
+                            .bucket(&url.bucket)
+                            .key(&url.key)
+                            .send(),
+                    )
+                    .map_err(|e| from_sdk(e, "delete", &url, &self.store.endpoint))?;
+            }
+            gone.push(true);
+        }
+        Ok(gone)
     }
 
     fn abort(&self) {
