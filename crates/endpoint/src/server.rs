@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use secure::{AuthorizedKeys, Keypair, Protection, PublicKey};
 use session::{ReceiverSession, SenderSession};
-use store::{walk, Destination, Root, Sink, Sources};
+use store::{Destination, Root, Sink, Sources};
 use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
 
 use connect::datagram::{self, setup, UdpLink};
@@ -28,6 +28,7 @@ use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW
 use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
 pub mod bucket;
+mod files;
 mod keyed;
 mod limits;
 pub use keyed::Prekeyed;
@@ -202,15 +203,6 @@ impl Server {
             }
             *last = warnings;
         }
-    }
-
-    /// A path of the request, inside the root (P-16).
-    fn resolve(&self, path: &str) -> Result<PathBuf, TransferError> {
-        let path = match &self.cfg.base {
-            Some(base) if !path.starts_with('/') => base.join(path).to_string_lossy().into_owned(),
-            _ => path.to_string(),
-        };
-        self.cfg.root.resolve(&path).map_err(TransferError::from)
     }
 
     fn connection(&self, mut stream: TcpStream, greeting: Greeting) {
@@ -449,6 +441,27 @@ impl Server {
         }
         let buckets = self.cfg.buckets.clone();
         let objects = |p: &String| buckets.as_ref().filter(|b| b.serves(p));
+        // Files or objects, the two sides are made alike.
+        let sending = |entries: Vec<wire::Entry>,
+                       sources: Box<dyn store::BlockSource>,
+                       bytes: u64|
+         -> Result<Side, TransferError> {
+            let mut session = SenderSession::new(entries, req.block_size, send_window(&req));
+            if req.sync.gated {
+                transfer::gate_sender(&mut session, &req.sync, &*sources, req.block_size)?;
+            }
+            Ok(Side::Send(Box::new(session), sources, bytes))
+        };
+        let receiving = |basis| transfer::ReceiveOptions {
+            sync: req.sync,
+            basis,
+            cache: self
+                .cfg
+                .cache
+                .as_ref()
+                .and_then(|c| c.for_peer(&est.peer.fingerprint())),
+            contents: req.contents,
+        };
         let side = match req.op {
             Op::Tunnel => match self.cfg.tunnel_to.check(&req.paths[0]) {
                 Ok(()) => Side::Tunnel(req.paths[0].clone()),
@@ -464,50 +477,25 @@ impl Server {
                     );
                     return refuse(&mut ctrl_w, e);
                 };
-                let (entries, sources, bytes) = match b.sources(&req.paths, req.recursive) {
-                    Ok(o) => o,
+                let side = b
+                    .sources(&req.paths, req.recursive)
+                    .and_then(|(entries, sources, bytes)| sending(entries, sources, bytes));
+                match side {
+                    Ok(side) => side,
                     Err(e) => return refuse(&mut ctrl_w, e),
-                };
-                let mut session = SenderSession::new(entries, req.block_size, send_window(&req));
-                if req.sync.gated {
-                    let gated =
-                        transfer::gate_sender(&mut session, &req.sync, &*sources, req.block_size);
-                    if let Err(e) = gated {
-                        return refuse(&mut ctrl_w, e);
-                    }
                 }
-                Side::Send(Box::new(session), sources, bytes)
             }
             Op::Pull => {
-                // A path naming a directory's contents keeps its final '/'
-                // through resolving, for the walk (P-8).
-                let paths: Result<Vec<_>, _> = req
-                    .paths
-                    .iter()
-                    .map(|p| {
-                        let mut r = self.resolve(p)?;
-                        if store::names_contents(p.as_bytes()) {
-                            r.push("");
-                        }
-                        Ok(r)
-                    })
-                    .collect();
-                let walked = match paths.and_then(|p| walk(&p, req.recursive).map_err(Into::into)) {
+                let walked = match self.walk_request(&req) {
                     Ok(w) => w,
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
                 let bytes = walked.file_bytes();
                 let sources = Sources::new(walked.paths).stamped(&walked.entries, &walked.inodes);
-                let mut session =
-                    SenderSession::new(walked.entries, req.block_size, send_window(&req));
-                if req.sync.gated {
-                    let gated =
-                        transfer::gate_sender(&mut session, &req.sync, &sources, req.block_size);
-                    if let Err(e) = gated {
-                        return refuse(&mut ctrl_w, e);
-                    }
+                match sending(walked.entries, Box::new(sources), bytes) {
+                    Ok(side) => side,
+                    Err(e) => return refuse(&mut ctrl_w, e),
                 }
-                Side::Send(Box::new(session), Box::new(sources), bytes)
             }
             Op::Probe { bytes } => {
                 // One file of generated data, verified and discarded by the
@@ -536,19 +524,7 @@ impl Server {
                     return refuse(&mut ctrl_w, e);
                 }
                 match b.sink(&req.paths[0], req.many_sources, req.contents) {
-                    Ok(sink) => Side::Receive(
-                        sink,
-                        transfer::ReceiveOptions {
-                            sync: req.sync,
-                            basis: None,
-                            cache: self
-                                .cfg
-                                .cache
-                                .as_ref()
-                                .and_then(|c| c.for_peer(&est.peer.fingerprint())),
-                            contents: req.contents,
-                        },
-                    ),
+                    Ok(sink) => Side::Receive(sink, receiving(None)),
                     Err(e) => return refuse(&mut ctrl_w, e),
                 }
             }
@@ -564,32 +540,11 @@ impl Server {
                     )
                     .map_err(Into::into)
                 });
-                let basis = if req.basis.is_empty() {
-                    Ok(None)
-                } else {
-                    // Opened now, beneath the root (P-38): never by name later.
-                    self.resolve(&req.basis).and_then(|p| {
-                        let f = self.cfg.root.open_file(&p)?;
-                        Ok(Some((
-                            p,
-                            std::sync::Arc::new(f) as std::sync::Arc<dyn store::Held>,
-                        )))
-                    })
-                };
+                let basis = self.open_basis(&req.basis);
                 match dest_res.and_then(|d| basis.map(|b| (d, b))) {
-                    Ok((d, basis)) => Side::Receive(
-                        Box::new(Sink::new(d, req.preserve)) as Box<dyn store::BlockSink>,
-                        transfer::ReceiveOptions {
-                            sync: req.sync,
-                            basis,
-                            cache: self
-                                .cfg
-                                .cache
-                                .as_ref()
-                                .and_then(|c| c.for_peer(&est.peer.fingerprint())),
-                            contents: req.contents,
-                        },
-                    ),
+                    Ok((d, basis)) => {
+                        Side::Receive(Box::new(Sink::new(d, req.preserve)), receiving(basis))
+                    }
                     Err(e) => return refuse(&mut ctrl_w, e),
                 }
             }
