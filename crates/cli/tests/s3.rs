@@ -364,28 +364,9 @@ fn a_daemon_serves_a_bucket_across_a_long_link() {
     serve
         .args(["serve", "--listen", &format!("{}:7050", netem::ADDR_B)])
         .args(["--root", "s3://bkt/served"])
-        .env("HAUL_HOME", &env.server_home)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
+        .env("HAUL_HOME", &env.server_home);
     gw.env(&mut serve);
-    let mut child = serve.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.contains("listening on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let _server = common::emu::Remote::from(child);
-    rx.recv_timeout(std::time::Duration::from_secs(20))
-        .expect("haul serve --root s3:// listens");
+    let _server = common::emu::start_listening(serve);
 
     let data = random_bytes(24 << 20, 5);
     let src = env.local.join("data.bin");

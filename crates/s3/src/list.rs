@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
 use store::{StoreError, StoreErrorKind};
 use wire::{Entry, EntryKind};
 
@@ -200,43 +201,14 @@ fn push_file(l: &mut Listed, path: Vec<u8>, info: ObjectInfo) {
 /// A listed key: its name, size and last-modified time.
 type Key = (String, u64, (i64, u32));
 
-/// Every key under `url`'s prefix, with its size and last-modified time,
-/// in key order.
-fn list_keys(store: &Store, url: &S3Url) -> Result<Vec<Key>, StoreError> {
-    let mut keys = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let out = store
-            .block_on(
-                store
-                    .client()
-                    .list_objects_v2()
-                    .bucket(&url.bucket)
-                    .prefix(&url.key)
-                    .set_continuation_token(token.take())
-                    .send(),
-            )
-            .map_err(|e| from_sdk(e, "list", url, &store.endpoint))?;
-        for o in out.contents() {
-            let Some(k) = o.key() else { continue };
-            let t = o
-                .last_modified()
-                .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
-            keys.push((k.to_string(), o.size().unwrap_or(0).max(0) as u64, t));
-        }
-        match out.next_continuation_token() {
-            Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
-            _ => break,
-        }
-    }
-    keys.sort();
-    Ok(keys)
-}
-
-/// The keys and prefixes directly under `url`'s prefix (a delimiter of
-/// '/'): objects as their keys, prefixes ending in '/'.
-pub fn list_children(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreError> {
-    let mut out = Vec::new();
+/// Every page of a listing under `url`'s prefix, `delimiter` ('/': only
+/// what lies directly under it) or none, handed to `each`.
+fn pages(
+    store: &Store,
+    url: &S3Url,
+    delimiter: Option<&str>,
+    mut each: impl FnMut(&ListObjectsV2Output),
+) -> Result<(), StoreError> {
     let mut token: Option<String> = None;
     loop {
         let page = store
@@ -246,11 +218,41 @@ pub fn list_children(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreErr
                     .list_objects_v2()
                     .bucket(&url.bucket)
                     .prefix(&url.key)
-                    .delimiter("/")
+                    .set_delimiter(delimiter.map(str::to_string))
                     .set_continuation_token(token.take())
                     .send(),
             )
             .map_err(|e| from_sdk(e, "list", url, &store.endpoint))?;
+        each(&page);
+        match page.next_continuation_token() {
+            Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Every key under `url`'s prefix, with its size and last-modified time,
+/// in key order.
+fn list_keys(store: &Store, url: &S3Url) -> Result<Vec<Key>, StoreError> {
+    let mut keys = Vec::new();
+    pages(store, url, None, |page| {
+        for o in page.contents() {
+            let Some(k) = o.key() else { continue };
+            let t = o
+                .last_modified()
+                .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
+            keys.push((k.to_string(), o.size().unwrap_or(0).max(0) as u64, t));
+        }
+    })?;
+    keys.sort();
+    Ok(keys)
+}
+
+/// The keys and prefixes directly under `url`'s prefix: objects as their
+/// keys, prefixes ending in '/'.
+pub fn list_children(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    pages(store, url, Some("/"), |page| {
         out.extend(
             page.contents()
                 .iter()
@@ -261,11 +263,7 @@ pub fn list_children(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreErr
                 .iter()
                 .filter_map(|p| p.prefix().map(str::to_string)),
         );
-        match page.next_continuation_token() {
-            Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
-            _ => break,
-        }
-    }
+    })?;
     out.sort();
     Ok(out)
 }

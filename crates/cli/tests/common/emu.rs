@@ -19,12 +19,6 @@ impl Remote {
     }
 }
 
-impl From<std::process::Child> for Remote {
-    fn from(child: std::process::Child) -> Remote {
-        Remote { child }
-    }
-}
-
 impl Drop for Remote {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -38,12 +32,18 @@ pub fn serve_in_b(emu: &Emulator, env: &Env) -> Remote {
 
 /// `haul serve` in namespace b with more options.
 pub fn serve_in_b_with(emu: &Emulator, env: &Env, extra: &[&str]) -> Remote {
-    let mut child = emu
-        .command_b(HAUL)
-        .args(["serve", "--listen", &format!("{ADDR_B}:7050"), "--root"])
+    let mut c = emu.command_b(HAUL);
+    c.args(["serve", "--listen", &format!("{ADDR_B}:7050"), "--root"])
         .arg(&env.root)
         .args(extra)
-        .env("HAUL_HOME", &env.server_home)
+        .env("HAUL_HOME", &env.server_home);
+    start_listening(c)
+}
+
+/// Starts a `haul serve` command made for namespace b, and waits (bounded)
+/// until it says it listens.
+pub fn start_listening(mut serve: Command) -> Remote {
+    let mut child = serve
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -62,9 +62,10 @@ pub fn serve_in_b_with(emu: &Emulator, env: &Env, extra: &[&str]) -> Remote {
             }
         }
     });
+    let remote = Remote { child };
     rx.recv_timeout(Duration::from_secs(20))
         .expect("haul serve listens inside the namespace");
-    Remote { child }
+    remote
 }
 
 /// `haul cp ARGS` in namespace a, as the client, not yet started.
