@@ -54,6 +54,63 @@ pub enum Command {
     /// for long fat paths).
     #[command(after_help = TUNNEL_HELP)]
     Tunnel(TunnelArgs),
+    /// Split one transfer into shards for many hosts: print the split
+    /// (--emit json), or write a Slurm batch script (an array of one task
+    /// per shard) or a Kubernetes Indexed Job that runs them.
+    #[command(after_help = PLAN_HELP)]
+    Plan(PlanArgs),
+}
+
+const PLAN_HELP: &str = "\
+Every shard runs `haul cp --shard auto` with the same arguments: it walks the
+same sources (a shared or parallel file system), computes the same plan and
+moves its share, files whole and large files in block ranges, balanced by
+bytes. Shards may send to different receiving hosts, which must share the
+destination: a file split across shards is placed there once every piece of
+it is verified, by whichever receiver finishes it. A shard that fails can be
+run again alone; running one twice is harmless. The last shard's summary says
+whether the whole transfer is complete; `haul cp --shard 0/N --shard-status`
+asks at any time.
+
+  haul plan --shards 16 --emit slurm -r /lustre/run42/ dtn2:/archive/run42/ > run42.sbatch
+  sbatch --wait run42.sbatch";
+
+/// Flags of `haul plan` beside those of `haul cp`.
+#[derive(Args)]
+pub struct PlanArgs {
+    /// How many shards (hosts, array tasks, pods) to split the transfer into.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=wire::MAX_SHARDS as i64))]
+    pub shards: u32,
+    /// What to write: the plan itself, a Slurm batch script, or a
+    /// Kubernetes Indexed Job.
+    #[arg(long, value_enum, default_value_t = EmitArg::Json)]
+    pub emit: EmitArg,
+    /// The haul program the Slurm tasks run [default: this one].
+    #[arg(long, value_name = "PATH")]
+    pub haul: Option<String>,
+    /// The container image the Kubernetes pods run haul from.
+    #[arg(long, default_value = "haul:latest")]
+    pub image: String,
+    /// CPUs each shard asks for.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub cpus: u32,
+    /// A PersistentVolumeClaim mounted in every pod (Kubernetes), as
+    /// CLAIM:MOUNT_PATH; repeat for more.
+    #[arg(long = "pvc", value_name = "CLAIM:PATH")]
+    pub claims: Vec<String>,
+    /// A Secret holding the client key (id_x25519) and known_hosts,
+    /// mounted as HAUL_HOME in every pod (Kubernetes).
+    #[arg(long, value_name = "NAME")]
+    pub key_secret: Option<String>,
+    #[command(flatten)]
+    pub cp: CpArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmitArg {
+    Json,
+    Slurm,
+    Kubernetes,
 }
 
 const TUNNEL_HELP: &str = "\
@@ -321,6 +378,15 @@ pub struct CpArgs {
     /// No progress bar and no summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Move only shard I of N of this transfer (0/4 is the first of 4),
+    /// or `auto`: the index and count of a Slurm job array task or a
+    /// Kubernetes Indexed Job's pod (see `haul plan`).
+    #[arg(long, value_name = "I/N|auto")]
+    pub shard: Option<String>,
+    /// With --shard: say which shards of the transfer are done and
+    /// whether it is complete (exit 0 only then); move nothing.
+    #[arg(long, requires = "shard")]
+    pub shard_status: bool,
     #[command(flatten)]
     pub conn: ConnectArgs,
     #[command(flatten)]

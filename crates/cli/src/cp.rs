@@ -203,6 +203,27 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         ));
     }
     let is_pull = matches!(plan, Plan::Pull { .. });
+    let shard = crate::shard::assigned(a)?;
+    if shard.is_some() {
+        let why = if !matches!(
+            plan,
+            Plan::Push {
+                sources: PushFrom::Files(_),
+                ..
+            }
+        ) {
+            Some("--shard splits a push of files that every shard's host sees (a shared or parallel file system); the sources here are remote or in a bucket")
+        } else if a.delete {
+            Some("--delete needs the whole manifest, and a shard sends only its share; run the deleting sync as one transfer")
+        } else if a.basis.is_some() {
+            Some("--basis is for one file sent whole; a shard may send a piece of it")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(usage(why));
+        }
+    }
     if !ssh && !is_pull && a.cache.cache.is_some() {
         return Err(usage(
             "--cache on a push names the receiving side's cache; a daemon's is set by `haul serve --cache`",
@@ -239,7 +260,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             adv.rate * 8
         );
     }
-    let cfg = ClientConfig {
+    let mut cfg = ClientConfig {
         streams: a.streams,
         block_size: a.block_size,
         rate: a.rate,
@@ -316,6 +337,29 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             for s in &walked.skipped {
                 eprintln!("haul: {s}");
             }
+            let contents = sources
+                .iter()
+                .any(|s| store::names_contents(s.as_os_str().as_bytes()));
+            if let Some(sh) = shard {
+                let (entries, source, spec) = crate::shard::share(a, sh, walked)?;
+                cfg.shard = Some(spec);
+                let conn = dialer.connect(cfg)?;
+                let bar = Bar::start(conn.progress(), show);
+                let flags = (a.recursive, sources.len() > 1, contents);
+                let r = conn.push_from(entries, source, &dest, flags);
+                bar.finish();
+                let r = finish(r, dialer)?;
+                if a.shard_status && !crate::shard::complete(&r.notes) {
+                    let said: Vec<&str> = r.notes.iter().map(|(_, n)| n.as_str()).collect();
+                    return Err(TransferError::new(
+                        wire::ErrorCode::Other,
+                        format!("the transfer is not complete yet: {}", said.join("; ")),
+                    ));
+                }
+                crate::known_paths::save(&peer, ssh, &r);
+                let text = (!a.quiet).then(|| report::text(&r));
+                return Ok((report::json(&r, "push"), text));
+            }
             // Zero blocks are looked for while the connection is set up;
             // not for a sync, whose files may all be skipped.
             let scan = if a.update || a.checksum || a.dry_run {
@@ -325,9 +369,6 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             };
             let conn = dialer.connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
-            let contents = sources
-                .iter()
-                .any(|s| store::names_contents(s.as_os_str().as_bytes()));
             let r = conn.push(
                 walked,
                 scan,

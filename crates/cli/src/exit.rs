@@ -26,7 +26,8 @@ Exit codes:
   15  past a limit of the peer: more than a tunnel may make it hold
   16  object store: credentials refused or missing
   17  object store: no such bucket
-  18  object store: still throttled (SlowDown) after retries with backoff";
+  18  object store: still throttled (SlowDown) after retries with backoff
+  19  the shards of one transfer disagree about its plan: the sources changed between them";
 
 pub fn code(c: ErrorCode) -> i32 {
     c as i32

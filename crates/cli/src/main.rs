@@ -13,6 +13,7 @@ mod probe;
 mod reach;
 mod report;
 mod serve;
+mod shard;
 mod taste;
 mod tunnel;
 
@@ -32,6 +33,13 @@ fn main() {
         args::Command::Taste(a) => taste::run(a),
         args::Command::Probe(a) => probe::run(a),
         args::Command::Tunnel(a) => tunnel::run(a),
+        args::Command::Plan(a) => {
+            let raw: Vec<String> = std::env::args()
+                .skip_while(|w| w != "plan")
+                .skip(1)
+                .collect();
+            shard::run_plan(a, &raw)
+        }
     };
     std::process::exit(code);
 }

@@ -516,12 +516,15 @@ impl Server {
             }
             Op::Push if objects(&req.paths[0]).is_some() => {
                 let b = objects(&req.paths[0]).expect("checked");
-                if !req.basis.is_empty() {
-                    let e = TransferError::new(
-                        ErrorCode::BadRequest,
-                        "--basis names a file, and this destination is an object store's",
-                    );
-                    return refuse(&mut ctrl_w, e);
+                let why = if !req.basis.is_empty() {
+                    Some("--basis names a file, and this destination is an object store's")
+                } else if req.shard.is_some() {
+                    Some("a split transfer's shards fill files in a shared file system; into an object store, run it as one transfer")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    return refuse(&mut ctrl_w, TransferError::new(ErrorCode::BadRequest, why));
                 }
                 match b.sink(&req.paths[0], req.many_sources, req.contents) {
                     Ok(sink) => Side::Receive(sink, receiving(None)),
@@ -541,10 +544,11 @@ impl Server {
                     .map_err(Into::into)
                 });
                 let basis = self.open_basis(&req.basis);
-                match dest_res.and_then(|d| basis.map(|b| (d, b))) {
-                    Ok((d, basis)) => {
-                        Side::Receive(Box::new(Sink::new(d, req.preserve)), receiving(basis))
-                    }
+                let sink = dest_res.and_then(|d| {
+                    self.receiving_sink(Sink::new(d, req.preserve), req.shard.as_ref())
+                });
+                match sink.and_then(|s| basis.map(|b| (s, b))) {
+                    Ok((sink, basis)) => Side::Receive(sink, receiving(basis)),
                     Err(e) => return refuse(&mut ctrl_w, e),
                 }
             }

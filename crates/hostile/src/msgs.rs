@@ -29,6 +29,7 @@ pub fn push(dest: &str) -> Request {
         compress_level: 0,
         sync: SyncOptions::default(),
         basis: String::new(),
+        shard: None,
     }
 }
 

@@ -22,6 +22,8 @@ pub enum StoreErrorKind {
     Throttled,
     /// An object store could not be reached.
     Unreachable,
+    /// The shards of one transfer disagree about its plan (P-42).
+    ShardPlan,
     Other,
 }
 
@@ -71,6 +73,7 @@ impl StoreError {
             StoreErrorKind::NoBucket => ErrorCode::NoBucket,
             StoreErrorKind::Throttled => ErrorCode::Throttled,
             StoreErrorKind::Unreachable => ErrorCode::Connect,
+            StoreErrorKind::ShardPlan => ErrorCode::ShardPlan,
             StoreErrorKind::Other => ErrorCode::Other,
         }
     }

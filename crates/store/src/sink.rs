@@ -354,6 +354,27 @@ impl Sink {
         Ok(Some(tree))
     }
 
+    /// The tree entries are placed in, made where it is to be, for a
+    /// layer that keeps its own records beside them (a split transfer's
+    /// ledger, P-42); `None` for `/dev/null` and standard output.
+    pub fn tree_made(&self) -> Result<Option<Arc<Beneath>>, StoreError> {
+        self.tree(true)
+    }
+
+    /// Where manifest path `rel` is placed, below [`Sink::tree_made`].
+    pub fn place_below(&self, rel: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.below(rel)
+    }
+
+    /// The mode and, with `-p`, the time a file placed from outside this
+    /// sink gets, as [`Sink::finalize`] gives them.
+    pub fn placed_meta(&self, mode: u32, mtime: i64, nsec: u32) -> (u32, Option<SystemTime>) {
+        (
+            self.mode_of(mode),
+            self.preserve.then(|| to_time(mtime, nsec)),
+        )
+    }
+
     /// The manifest path `rel` below the tree's anchor.
     fn below(&self, rel: &[u8]) -> Result<Vec<u8>, StoreError> {
         let Destination::Path {

@@ -24,6 +24,7 @@ pub use block::{CODEC_BUNDLE, CODEC_DELTA, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD};
 pub use buf::{DecodeError, Reader, Writer};
 pub use msg::{ChunkId, Entry, EntryKind, ErrorCode, Msg, Op, Request, Summary, SyncOptions};
 pub use msg::{NoteKind, MAX_NOTES};
+pub use msg::{Piece, ShardSpec, MAX_PIECES, MAX_SHARDS};
 pub use msg::{CACHE_FILE, DELETED_PER_MESSAGE, HAVE_PER_MESSAGE, MAX_PATH_LEN, MAX_PROBE_BYTES};
 pub use msg::{COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD};
 pub use msg::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY};

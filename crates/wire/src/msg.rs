@@ -67,6 +67,45 @@ pub struct Request {
     /// Push: a file on the server to use as the basis of the one file
     /// sent (`--basis`); empty for none (P-31).
     pub basis: String,
+    /// Push: this is one shard of a transfer split across hosts (P-42).
+    pub shard: Option<ShardSpec>,
+}
+
+/// Most shards one transfer may be split into (P-42).
+pub const MAX_SHARDS: u32 = 100_000;
+
+/// Most pieces of files one shard moves: a shard moves one contiguous run
+/// of the manifest, so only its first and last files may be pieces (P-42).
+pub const MAX_PIECES: usize = 2;
+
+/// A push that is one shard of a transfer split across hosts (P-42): the
+/// receiver places its pieces into files that other shards fill too, and
+/// keeps a ledger beside the destination so that a file split across
+/// shards is placed only once every piece of it is there and verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSpec {
+    /// Names the transfer the shards belong to (the sources and the
+    /// destination as named, and the count), whatever the sources hold.
+    pub transfer: [u8; 16],
+    /// The plan this shard computed (P-42): every shard of one transfer
+    /// must have computed the same.
+    pub plan: [u8; 32],
+    pub index: u32,
+    pub count: u32,
+    /// The entries of this shard that are pieces of a larger file.
+    pub pieces: Vec<Piece>,
+    /// Only ask where the shards stand (`--shard-status`): the manifest
+    /// is empty and nothing is recorded.
+    pub status: bool,
+}
+
+/// The manifest entry at `path` is the piece of the file of `whole` bytes
+/// that starts at `offset` (P-42): its blocks belong there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub path: Vec<u8>,
+    pub offset: u64,
+    pub whole: u64,
 }
 
 /// Deduplication and sync options of a request (P-31, P-32).
@@ -212,6 +251,9 @@ pub enum ErrorCode {
     NoBucket = 17,
     /// An object store kept answering "slow down" past every retry.
     Throttled = 18,
+    /// The shards of one transfer disagree about its plan: the sources
+    /// changed between them (P-42).
+    ShardPlan = 19,
 }
 
 impl ErrorCode {
@@ -234,6 +276,7 @@ impl ErrorCode {
             16 => ErrorCode::StoreAuth,
             17 => ErrorCode::NoBucket,
             18 => ErrorCode::Throttled,
+            19 => ErrorCode::ShardPlan,
             _ => ErrorCode::Other,
         }
     }
@@ -375,6 +418,9 @@ pub enum NoteKind {
     /// written there (a host crash before they were synced, or another
     /// writer): they were sent again.
     PartialDamaged = 4,
+    /// Where the shards of a split transfer stand (P-42): which are done,
+    /// and whether the whole transfer is complete and verified.
+    Shards = 5,
 }
 
 impl NoteKind {
@@ -384,6 +430,7 @@ impl NoteKind {
             2 => NoteKind::PartialStale,
             3 => NoteKind::PartialUnjournaled,
             4 => NoteKind::PartialDamaged,
+            5 => NoteKind::Shards,
             _ => NoteKind::Other,
         }
     }
@@ -396,6 +443,7 @@ impl NoteKind {
             NoteKind::PartialStale => "partial_stale",
             NoteKind::PartialUnjournaled => "partial_unjournaled",
             NoteKind::PartialDamaged => "partial_damaged",
+            NoteKind::Shards => "shards",
         }
     }
 }
@@ -419,6 +467,42 @@ fn decode_ids(r: &mut Reader) -> Result<Vec<u32>, DecodeError> {
         return Err(DecodeError::Invalid("file count"));
     }
     (0..n).map(|_| r.u32()).collect()
+}
+
+fn decode_shard(r: &mut Reader, status: bool) -> Result<ShardSpec, DecodeError> {
+    let transfer = r.array()?;
+    let plan = r.array()?;
+    let index = r.u32()?;
+    let count = r.u32()?;
+    if count == 0 || count > MAX_SHARDS || index >= count {
+        return Err(DecodeError::Invalid("shard index or count"));
+    }
+    let n = r.u8()? as usize;
+    if n > MAX_PIECES {
+        return Err(DecodeError::Invalid("piece count"));
+    }
+    let mut pieces = Vec::with_capacity(n);
+    for _ in 0..n {
+        let path = r.var_bytes("piece path", MAX_PATH_LEN)?.to_vec();
+        let offset = r.u64()?;
+        let whole = r.u64()?;
+        if offset >= whole || whole > i64::MAX as u64 {
+            return Err(DecodeError::Invalid("piece offset"));
+        }
+        pieces.push(Piece {
+            path,
+            offset,
+            whole,
+        });
+    }
+    Ok(ShardSpec {
+        transfer,
+        plan,
+        index,
+        count,
+        pieces,
+        status,
+    })
 }
 
 /// A list of `(file, index)` blocks: a `u32` count, then 8 bytes each.
@@ -472,6 +556,20 @@ impl Msg {
                     .u8(r.compress_level)
                     .u8(r.sync.bits())
                     .var_bytes(r.basis.as_bytes());
+                match &r.shard {
+                    None => {
+                        w.u8(0);
+                    }
+                    Some(s) => {
+                        w.u8(if s.status { 2 } else { 1 })
+                            .bytes(&s.transfer)
+                            .bytes(&s.plan);
+                        w.u32(s.index).u32(s.count).u8(s.pieces.len() as u8);
+                        for p in &s.pieces {
+                            w.var_bytes(&p.path).u64(p.offset).u64(p.whole);
+                        }
+                    }
+                }
             }
             Msg::Accept {
                 session,
@@ -668,9 +766,16 @@ impl Msg {
                 }
                 let sync = SyncOptions::from_bits(r.u8()?)?;
                 let basis = r.string("basis path", MAX_PATH_LEN)?;
+                let shard = match r.u8()? {
+                    0 => None,
+                    1 => Some(decode_shard(&mut r, false)?),
+                    2 => Some(decode_shard(&mut r, true)?),
+                    tag => return Err(DecodeError::UnknownTag { what: "shard", tag }),
+                };
                 Msg::Request(Request {
                     sync,
                     basis,
+                    shard,
                     compress,
                     compress_level,
                     contents: options & OPT_CONTENTS != 0,

@@ -22,10 +22,12 @@ fn request_options_byte() {
         compress_level: 9,
         sync: SyncOptions::default(),
         basis: String::new(),
+        shard: None,
     };
     let mut full = Msg::Request(req.clone()).encode();
-    // The sync byte and an empty basis (a 4-byte length) come last.
-    let sync_at = full.len() - 5;
+    // The sync byte, an empty basis (a 4-byte length) and no shard (one
+    // byte) come last.
+    let sync_at = full.len() - 6;
     full[sync_at] = 128;
     assert!(Msg::decode(&full).is_err(), "unknown sync bit");
     full[sync_at] = 63;
@@ -105,7 +107,22 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                 any::<bool>(),
                 (0u8..=3, 1u8..=19),
                 (0u8..128, ".{0,20}")
-            )
+            ),
+            proptest::option::of((
+                any::<[u8; 16]>(),
+                any::<[u8; 32]>(),
+                (1u32..=MAX_SHARDS),
+                any::<u32>(),
+                proptest::collection::vec(
+                    (
+                        proptest::collection::vec(any::<u8>(), 0..40),
+                        0u64..1 << 40,
+                        1u64..1 << 40
+                    ),
+                    0..=MAX_PIECES
+                ),
+                any::<bool>()
+            ))
         )
             .prop_map(
                 |(
@@ -117,8 +134,26 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                     block_size,
                     protection,
                     (rate, transport, contents, preserve, (compress, level), (sync, basis)),
+                    shard,
                 )| {
+                    let shard =
+                        shard.map(|(transfer, plan, count, index, pieces, status)| ShardSpec {
+                            status,
+                            transfer,
+                            plan,
+                            index: index % count,
+                            count,
+                            pieces: pieces
+                                .into_iter()
+                                .map(|(path, offset, more)| Piece {
+                                    path,
+                                    offset,
+                                    whole: offset + more,
+                                })
+                                .collect(),
+                        });
                     Msg::Request(Request {
+                        shard,
                         sync: SyncOptions::from_bits(sync).unwrap(),
                         basis,
                         contents,
@@ -238,4 +273,52 @@ fn huge_ack_count_is_refused_without_allocating() {
     let mut b = vec![6u8];
     b.extend_from_slice(&u32::MAX.to_le_bytes());
     assert!(Msg::decode(&b).is_err());
+}
+
+#[test]
+fn a_shard_request_is_bounded() {
+    let piece = |offset, whole| Piece {
+        path: b"big".to_vec(),
+        offset,
+        whole,
+    };
+    let req = |index, count, pieces: Vec<Piece>| {
+        Msg::Request(Request {
+            op: Op::Push,
+            paths: vec!["dst/".into()],
+            recursive: true,
+            many_sources: false,
+            streams: 4,
+            block_size: 1 << 20,
+            protection: PROTECT_AES256GCM,
+            rate: 0,
+            transport: TRANSPORT_TCP,
+            contents: true,
+            preserve: true,
+            compress: COMPRESS_AUTO,
+            compress_level: 0,
+            sync: SyncOptions::default(),
+            basis: String::new(),
+            shard: Some(ShardSpec {
+                transfer: [1; 16],
+                plan: [2; 32],
+                index,
+                count,
+                pieces,
+                status: false,
+            }),
+        })
+    };
+    let good = req(3, 4, vec![piece(0, 10), piece(5, 6)]);
+    assert_eq!(Msg::decode(&good.encode()).unwrap(), good);
+    for bad in [
+        req(4, 4, vec![]),
+        req(0, 0, vec![]),
+        req(0, MAX_SHARDS + 1, vec![]),
+        req(0, 4, vec![piece(0, 10); MAX_PIECES + 1]),
+        req(0, 4, vec![piece(10, 10)]),
+        req(0, 4, vec![piece(0, u64::MAX)]),
+    ] {
+        assert!(Msg::decode(&bad.encode()).is_err(), "{bad:?}");
+    }
 }

@@ -136,6 +136,8 @@ pub struct ClientConfig {
     pub advice: Option<Advice>,
     /// What the last transfer to this host measured (P-26).
     pub known_path: Option<KnownPath>,
+    /// `--shard`: this push is one shard of a split transfer (P-42).
+    pub shard: Option<wire::ShardSpec>,
 }
 
 /// How the client reached the server.

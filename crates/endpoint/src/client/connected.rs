@@ -360,6 +360,10 @@ impl Connected {
                 Op::Push => self.cfg.basis.clone().unwrap_or_default(),
                 Op::Pull | Op::Probe { .. } | Op::Tunnel => String::new(),
             },
+            shard: match op {
+                Op::Push => self.cfg.shard.clone(),
+                Op::Pull | Op::Probe { .. } | Op::Tunnel => None,
+            },
         }
     }
 

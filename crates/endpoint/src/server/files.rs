@@ -48,4 +48,18 @@ impl super::Server {
         let f = self.cfg.root.open_file(&p)?;
         Ok(Some((p, Arc::new(f) as Arc<dyn Held>)))
     }
+
+    /// Where a push's blocks go: the destination's files, through the
+    /// ledger of a split transfer when the push is one of its shards
+    /// (P-42).
+    pub(super) fn receiving_sink(
+        &self,
+        sink: store::Sink,
+        shard: Option<&wire::ShardSpec>,
+    ) -> Result<Box<dyn store::BlockSink>, TransferError> {
+        Ok(match shard {
+            None => Box::new(sink),
+            Some(spec) => Box::new(shard::ShardSink::new(sink, spec, spec.status)?),
+        })
+    }
 }

@@ -159,6 +159,7 @@ mod tests {
             compress_level: 0,
             sync: Default::default(),
             basis: String::new(),
+            shard: None,
         }
     }
 

@@ -137,6 +137,10 @@ impl Receiving<'_, '_> {
                         }
                         if !self.opts.sync.dry_run {
                             self.sink.finish(&dirs)?;
+                            // What finishing found (where a split
+                            // transfer's shards stand, P-42) reaches the
+                            // sender before `Done`.
+                            self.forward_notes();
                         }
                         // The chunk cache has every file and its index is
                         // saved before the sender hears `Done` (and a

@@ -1,0 +1,283 @@
+//! A transfer split into shards (P-42): every shard computes the same plan
+//! from the same sources and moves its share, to receiving daemons that
+//! share one destination; a file split across shards appears only once
+//! every piece of it is verified. Also: shards run by an emitted
+//! Kubernetes Indexed Job's commands, a shard run twice or alone again,
+//! sources changed between shards, a destination that is not shared.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+
+const SHARDS: u32 = 4;
+
+/// A tree with a file larger than a shard's share (split across shards),
+/// small files, a nested directory and a link.
+fn tree(local: &Path) -> std::path::PathBuf {
+    let src = local.join("run");
+    fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    write_file(&src.join("big.bin"), &random_bytes(9 << 20, 1));
+    write_file(&src.join("mid.bin"), &random_bytes(3 << 20, 2));
+    for i in 0..12 {
+        write_file(
+            &src.join(format!("sub/f{i:02}")),
+            &random_bytes(1000 + i * 37, 10 + i as u64),
+        );
+    }
+    write_file(&src.join("sub/deeper/empty"), b"");
+    std::os::unix::fs::symlink("../big.bin", src.join("sub/link")).unwrap();
+    src
+}
+
+/// The destination tree without the ledger.
+fn same_but_ledger(src: &Path, dst: &Path) {
+    let ledger = dst.join(".haul-shards");
+    let moved = dst.parent().unwrap().join("ledger-aside");
+    if ledger.exists() {
+        fs::rename(&ledger, &moved).unwrap();
+    }
+    assert_same_tree(src, dst);
+    if moved.exists() {
+        fs::rename(&moved, &ledger).unwrap();
+    }
+}
+
+fn shard(env: &Env, server: &common::Server, i: u32, src: &Path, extra: &[&str]) -> Output {
+    let spec = format!("{i}/{SHARDS}");
+    let mut args = vec!["-r", "-p", "--shard", &spec, "--block-size", "1M"];
+    args.extend_from_slice(extra);
+    let dst = env.remote(server, "dst/");
+    let s = format!("{}/", src.display());
+    args.push(&s);
+    args.push(&dst);
+    env.cp(&args)
+}
+
+#[test]
+fn shards_to_two_daemons_sharing_a_destination_place_a_byte_exact_tree() {
+    let env = Env::new();
+    let src = tree(&env.local);
+    // Two receiving hosts, one shared destination.
+    let (a, b) = (env.serve(), env.serve());
+    let outs: Vec<Output> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..SHARDS)
+            .map(|i| {
+                let (env, src, srv) = (&env, &src, if i % 2 == 0 { &a } else { &b });
+                s.spawn(move || shard(env, srv, i, src, &[]))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let said: Vec<String> = outs.iter().map(ok).collect();
+    eprintln!("{said:#?}");
+    same_but_ledger(&src, &env.root.join("dst"));
+    // Whichever shard finished last says the whole transfer is complete.
+    let status = env.cp(&[
+        "-r",
+        "-p",
+        "--shard",
+        "0/4",
+        "--block-size",
+        "1M",
+        "--shard-status",
+        &format!("{}/", src.display()),
+        &env.remote(&a, "dst/"),
+    ]);
+    let text = ok(&status);
+    assert!(
+        text.contains("is complete and verified"),
+        "{text}\n{said:?}"
+    );
+    assert!(
+        said.iter().any(|t| t.contains("is complete and verified")),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_failed_shard_reruns_alone_and_a_shard_run_twice_is_harmless() {
+    let env = Env::new();
+    let src = tree(&env.local);
+    let server = env.serve();
+    let dst = env.root.join("dst");
+    for i in [0, 2, 3] {
+        ok(&shard(&env, &server, i, &src, &[]));
+    }
+    // Shard 1 has not run: the big file is split across shards 0 to 2
+    // and has a piece missing, so nothing is under its name yet.
+    let plan = std::process::Command::new(HAUL)
+        .args(["plan", "--shards", "4", "-r", "-p", "--block-size", "1M"])
+        .arg(format!("{}/", src.display()))
+        .arg(env.remote(&server, "dst/"))
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let split: Vec<&str> = json["split"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["items"].as_array().unwrap())
+        .filter(|i| i.get("offset").is_some())
+        .map(|i| i["path"].as_str().unwrap())
+        .collect();
+    assert!(split.contains(&"big.bin"), "{json}");
+    assert!(
+        !dst.join("big.bin").exists(),
+        "a file with a piece missing was placed"
+    );
+    let status = env.cp(&[
+        "-r",
+        "-p",
+        "--shard",
+        "3/4",
+        "--block-size",
+        "1M",
+        "--shard-status",
+        &format!("{}/", src.display()),
+        &env.remote(&server, "dst/"),
+    ]);
+    let text = fails(&status, 1);
+    assert!(text.contains("not yet 1"), "{text}");
+    let last = ok(&shard(&env, &server, 1, &src, &[]));
+    assert!(last.contains("is complete and verified"), "{last}");
+    same_but_ledger(&src, &dst);
+    // Again: nothing changes, and the transfer is still complete.
+    let again = ok(&shard(&env, &server, 1, &src, &["--json"]));
+    same_but_ledger(&src, &dst);
+    let _ = again;
+}
+
+#[test]
+fn shards_of_changed_sources_are_refused() {
+    let env = Env::new();
+    let src = tree(&env.local);
+    let server = env.serve();
+    ok(&shard(&env, &server, 0, &src, &[]));
+    write_file(&src.join("mid.bin"), &random_bytes(3 << 20, 99));
+    let out = shard(&env, &server, 1, &src, &[]);
+    let text = fails(&out, 19);
+    assert!(text.contains("changed between shards"), "{text}");
+}
+
+#[test]
+fn shards_whose_receivers_do_not_share_the_destination_leave_no_holes() {
+    let env = Env::new();
+    let src = tree(&env.local);
+    let a = env.serve();
+    // A second "host" with a root of its own.
+    let other = Env::new();
+    fs::copy(
+        env.server_home.join("authorized_keys"),
+        other.server_home.join("authorized_keys"),
+    )
+    .unwrap();
+    let b = other.serve();
+    let mut said = Vec::new();
+    for i in 0..SHARDS {
+        let srv = if i < 2 { &a } else { &b };
+        said.push(ok(&shard(&env, srv, i, &src, &[])));
+    }
+    assert!(!env.root.join("dst/big.bin").exists());
+    assert!(!other.root.join("dst/big.bin").exists());
+    let last = said.last().unwrap();
+    assert!(last.contains("must share the destination"), "{last}");
+    assert!(!last.contains("is complete"), "{last}");
+}
+
+#[test]
+fn bad_shard_arguments_are_usage_errors() {
+    let env = Env::new();
+    let src = tree(&env.local);
+    let server = env.serve();
+    let s = format!("{}/", src.display());
+    let d = env.remote(&server, "dst/");
+    let t = fails(&env.cp(&["-r", "--shard", "4/4", &s, &d]), 2);
+    assert!(t.contains("out of range"), "{t}");
+    let t = fails(&env.cp(&["-r", "--shard", "auto", &s, &d]), 2);
+    assert!(t.contains("SLURM_ARRAY_TASK_ID"), "{t}");
+    let t = fails(&env.cp(&["-r", "--delete", "--shard", "0/2", &s, &d]), 2);
+    assert!(t.contains("--delete"), "{t}");
+}
+
+#[test]
+fn an_emitted_kubernetes_job_is_a_typed_indexed_job_whose_pods_move_the_tree() {
+    use k8s_openapi::api::batch::v1::Job;
+    let env = Env::new();
+    let src = tree(&env.local);
+    let server = env.serve();
+    let s = format!("{}/", src.display());
+    let d = env.remote(&server, "dst/");
+    let out = std::process::Command::new(HAUL)
+        .args([
+            "plan",
+            "--shards",
+            "3",
+            "--emit",
+            "kubernetes",
+            "--image",
+            "example/haul:1",
+        ])
+        .args([
+            "--pvc",
+            "data:/data",
+            "--key-secret",
+            "haul-key",
+            "-r",
+            "-p",
+            "--block-size",
+            "1M",
+        ])
+        .args([&s, &d])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: Job = serde_json::from_slice(&out.stdout).expect("a batch/v1 Job");
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+    assert_eq!(spec.completions, Some(3));
+    assert_eq!(spec.parallelism, Some(3));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some("example/haul:1"));
+    let volumes = pod.volumes.as_ref().unwrap();
+    assert_eq!(
+        volumes[0]
+            .persistent_volume_claim
+            .as_ref()
+            .unwrap()
+            .claim_name,
+        "data"
+    );
+    let cmd = c.command.as_ref().unwrap();
+    assert_eq!(&cmd[..4], ["haul", "cp", "--shard", "auto"]);
+    let env_vars: Vec<(String, String)> = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|e| e.name != "HAUL_HOME")
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    // Each index as Kubernetes would run it: the container's command with
+    // JOB_COMPLETION_INDEX set, here as local processes.
+    for i in 0..3 {
+        let out = std::process::Command::new(HAUL)
+            .args(&cmd[1..])
+            .envs(env_vars.iter().map(|(k, v)| (k, v)))
+            .env("JOB_COMPLETION_INDEX", i.to_string())
+            .env("HAUL_HOME", &env.home)
+            .output()
+            .unwrap();
+        ok(&out);
+    }
+    same_but_ledger(&src, &env.root.join("dst"));
+}
