@@ -33,16 +33,22 @@ fn tree(local: &Path) -> std::path::PathBuf {
     src
 }
 
-/// The destination tree without the ledger.
+/// The destination's entries are the source's, byte for byte, with modes
+/// and times, beside the ledger. (A `dir/` copy's destination directory
+/// is not an entry: its own time is the time of its last change.)
 fn same_but_ledger(src: &Path, dst: &Path) {
-    let ledger = dst.join(".haul-shards");
-    let moved = dst.parent().unwrap().join("ledger-aside");
-    if ledger.exists() {
-        fs::rename(&ledger, &moved).unwrap();
-    }
-    assert_same_tree(src, dst);
-    if moved.exists() {
-        fs::rename(&moved, &ledger).unwrap();
+    let names = |d: &Path| {
+        let mut v: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != ".haul-shards")
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(src), names(dst));
+    for n in names(src) {
+        assert_same_tree(&src.join(&n), &dst.join(&n));
     }
 }
 
@@ -280,4 +286,56 @@ fn an_emitted_kubernetes_job_is_a_typed_indexed_job_whose_pods_move_the_tree() {
         ok(&out);
     }
     same_but_ledger(&src, &env.root.join("dst"));
+}
+
+#[test]
+fn a_slurm_job_array_from_haul_plan_moves_the_tree() {
+    const TEST: &str = "a_slurm_job_array_from_haul_plan_moves_the_tree";
+    if !common::slurm::available(TEST) {
+        return;
+    }
+    let env = Env::new();
+    let src = tree(&env.local);
+    let server = env.serve();
+    let cluster = common::slurm::Cluster::start(&env.dir.path().join("slurm"), 2);
+    let s = format!("{}/", src.display());
+    let d = env.remote(&server, "dst/");
+    let out = std::process::Command::new(HAUL)
+        .args(["plan", "--shards", "4", "--emit", "slurm", "--cpus", "1"])
+        .args(["-r", "-p", "--block-size", "1M", &s, &d])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = env.dir.path().join("run.sbatch");
+    fs::write(&script, &out.stdout).unwrap();
+    let jobs = env.dir.path().join("jobs");
+    fs::create_dir_all(&jobs).unwrap();
+    let mut sbatch = cluster.command("sbatch");
+    sbatch
+        .arg("--wait")
+        .arg(&script)
+        .current_dir(&jobs)
+        .env("HAUL_HOME", &env.home);
+    let run = output_within(sbatch, std::time::Duration::from_secs(240));
+    let logs: Vec<String> = fs::read_dir(&jobs)
+        .unwrap()
+        .map(|e| fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+        .collect();
+    assert!(
+        run.status.success(),
+        "sbatch --wait: {}\n{}\ntask logs: {logs:#?}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+        cluster.logs()
+    );
+    assert_eq!(logs.len(), 4, "one log per task: {logs:#?}");
+    same_but_ledger(&src, &env.root.join("dst"));
+    assert!(
+        logs.iter().any(|l| l.contains("is complete and verified")),
+        "{logs:#?}"
+    );
 }

@@ -6,6 +6,7 @@
 
 pub mod emu;
 pub mod s3gw;
+pub mod slurm;
 pub mod sshd;
 pub mod tunnel;
 
