@@ -339,3 +339,128 @@ fn a_slurm_job_array_from_haul_plan_moves_the_tree() {
         "{logs:#?}"
     );
 }
+
+/// The ledger's journal of the piece at `offset`, once it lists a block.
+fn piece_journaled(dst: &Path, offset: u64) -> bool {
+    let suffix = format!("-{offset}");
+    let Ok(ledgers) = fs::read_dir(dst.join(".haul-shards")) else {
+        return false;
+    };
+    ledgers.flatten().any(|l| {
+        fs::read_dir(l.path()).is_ok_and(|rd| {
+            rd.flatten().any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("piece-")
+                    && n.ends_with(&suffix)
+                    && e.metadata().is_ok_and(|m| m.len() >= 36)
+            })
+        })
+    })
+}
+
+#[test]
+fn shards_over_three_emulated_links_with_one_killed_and_run_again() {
+    use common::emu::{cp_cmd_in_a, serve_in_b};
+    use netem::testing::{require_emulator, unique_name};
+    use netem::{Emulator, EmulatorConfig, ADDR_B};
+    use std::time::Duration;
+    if !require_emulator("the shards-over-emulated-links test") {
+        return;
+    }
+    let env = Env::new();
+    let src = tree(&env.local);
+    // One namespace pair per shard, each with a daemon on the shared
+    // destination; shard 1's link is slow enough to be cut mid-piece.
+    let emus: Vec<Emulator> = [200_000_000u64, 20_000_000, 200_000_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &rate)| {
+            let link = netsim::LinkConfig {
+                delay: Duration::from_millis(20),
+                rate_bps: Some(rate),
+                ..Default::default()
+            };
+            Emulator::start(EmulatorConfig {
+                name: unique_name("sh"),
+                a2b: link.clone(),
+                b2a: link,
+                mtu: 1500,
+                seed: 5 + i as u64,
+                block_udp: false,
+                only_tcp_ports: vec![],
+                path_mtu: None,
+            })
+            .expect("emulator starts")
+        })
+        .collect();
+    let _servers: Vec<_> = emus.iter().map(|e| serve_in_b(e, &env)).collect();
+    let s = format!("{}/", src.display());
+    let d = format!("{ADDR_B}:7050:dst/");
+    let dst = env.root.join("dst");
+    let shard_cmd = |i: usize, json: bool| {
+        let spec = format!("{i}/3");
+        let mut args = vec!["-r", "-p", "--shard", &spec, "--block-size", "256K"];
+        if json {
+            args.push("--json");
+        }
+        args.extend([s.as_str(), d.as_str()]);
+        cp_cmd_in_a(&emus[i], &env, &args)
+    };
+    // Where shard 1's piece starts, from the plan every shard computes.
+    let plan = std::process::Command::new(HAUL)
+        .args([
+            "plan",
+            "--shards",
+            "3",
+            "-r",
+            "-p",
+            "--block-size",
+            "256K",
+            &s,
+            &d,
+        ])
+        .output()
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let offset = plan["split"][1]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|i| i["offset"].as_u64())
+        .expect("shard 1 moves a piece");
+    let mut cut = shard_cmd(1, false)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let others: Vec<Output> = std::thread::scope(|sc| {
+        let hs: Vec<_> = [0usize, 2]
+            .iter()
+            .map(|&i| sc.spawn(move || output_within(shard_cmd(i, false), CP_LIMIT)))
+            .collect();
+        assert!(
+            wait_until(Duration::from_secs(30), || piece_journaled(&dst, offset)),
+            "shard 1 journaled no block"
+        );
+        let _ = cut.kill();
+        let _ = cut.wait();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in &others {
+        ok(o);
+    }
+    assert!(
+        !dst.join("big.bin").exists(),
+        "big.bin was placed with shard 1's piece cut off"
+    );
+    let again = output_within(shard_cmd(1, true), CP_LIMIT);
+    ok(&again);
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).expect("a JSON report");
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("is complete and verified"), "{report}");
+    assert!(
+        report["resumed_bytes"].as_u64().unwrap_or(0) > 0,
+        "the cut shard resumed from what its piece held: {report}"
+    );
+    same_but_ledger(&src, &dst);
+}

@@ -274,10 +274,29 @@ impl BlockSink for ShardSink {
     }
 
     fn partial_of(&self, rel: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
-        if self.pieces.contains_key(rel) {
+        let Some(&(offset, whole)) = self.pieces.get(rel) else {
+            return BlockSink::partial_of(&self.inner, rel);
+        };
+        // What an earlier run of this shard left of the piece: its
+        // journal or done record says which blocks (`held_blocks`).
+        let key = path_key(rel);
+        let left = !self.ledger.journaled(&key, offset)?.is_empty()
+            || self.ledger.done(&key, offset)?.is_some();
+        if !left {
             return Ok(None);
         }
-        BlockSink::partial_of(&self.inner, rel)
+        let file = match self.ledger.data_if_there(&key)? {
+            Some(f) => f,
+            None => match self.inner.open_placed(rel)? {
+                Some(f) => f,
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(Arc::new(Region {
+            file,
+            offset,
+            len: whole - offset,
+        })))
     }
 
     fn make_dir(&self, rel: &[u8], mode: u32) -> Result<(), StoreError> {
@@ -508,5 +527,34 @@ impl BlockSink for ShardSink {
 
     fn abort(&self) {
         self.inner.abort()
+    }
+}
+
+/// The part of a file from `offset`, read as if it were the whole: what a
+/// piece's earlier run left, as the receiver's partial of it.
+struct Region {
+    file: File,
+    offset: u64,
+    len: u64,
+}
+
+impl Held for Region {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.len)
+    }
+
+    fn stat(&self) -> std::io::Result<(u64, i64, u32)> {
+        let (_, t, n) = Held::stat(&self.file)?;
+        Ok((self.len, t, n))
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if offset + buf.len() as u64 > self.len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "read past the end of a piece",
+            ));
+        }
+        FileExt::read_exact_at(&self.file, buf, self.offset + offset)
     }
 }
