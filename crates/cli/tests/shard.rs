@@ -464,3 +464,36 @@ fn shards_over_three_emulated_links_with_one_killed_and_run_again() {
     );
     same_but_ledger(&src, &dst);
 }
+
+#[test]
+fn a_sharded_sync_of_an_unchanged_tree_sends_next_to_nothing() {
+    let env = Env::new();
+    let src = tree(&env.local);
+    let server = env.serve();
+    for i in 0..SHARDS {
+        ok(&shard(&env, &server, i, &src, &[]));
+    }
+    let s = format!("{}/", src.display());
+    let d = env.remote(&server, "dst/");
+    let mut wire = 0;
+    for i in 0..SHARDS {
+        let spec = format!("{i}/{SHARDS}");
+        // `haul sync` is `cp -r -p --update`.
+        let out = output_within(
+            {
+                let mut sync = std::process::Command::new(HAUL);
+                sync.arg("sync")
+                    .args(["--block-size", "1M", "--shard", &spec, "--json", &s, &d])
+                    .env("HAUL_HOME", &env.home)
+                    .stdin(std::process::Stdio::null());
+                sync
+            },
+            CP_LIMIT,
+        );
+        ok(&out);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        wire += r["wire_bytes"].as_u64().unwrap();
+    }
+    assert!(wire < 256 << 10, "an unchanged tree resent {wire} bytes");
+    same_but_ledger(&src, &env.root.join("dst"));
+}
