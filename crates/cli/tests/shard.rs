@@ -52,6 +52,21 @@ fn same_but_ledger(src: &Path, dst: &Path) {
     }
 }
 
+/// `haul plan ARGS` printed as JSON, parsed.
+fn plan_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(HAUL)
+        .arg("plan")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn shard(env: &Env, server: &common::Server, i: u32, src: &Path, extra: &[&str]) -> Output {
     let spec = format!("{i}/{SHARDS}");
     let mut args = vec!["-r", "-p", "--shard", &spec, "--block-size", "1M"];
@@ -115,13 +130,8 @@ fn a_failed_shard_reruns_alone_and_a_shard_run_twice_is_harmless() {
     }
     // Shard 1 has not run: the big file is split across shards 0 to 2
     // and has a piece missing, so nothing is under its name yet.
-    let plan = std::process::Command::new(HAUL)
-        .args(["plan", "--shards", "4", "-r", "-p", "--block-size", "1M"])
-        .arg(format!("{}/", src.display()))
-        .arg(env.remote(&server, "dst/"))
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let (s, d) = (format!("{}/", src.display()), env.remote(&server, "dst/"));
+    let json = plan_json(&["--shards", "4", "-r", "-p", "--block-size", "1M", &s, &d]);
     let split: Vec<&str> = json["split"]
         .as_array()
         .unwrap()
@@ -407,21 +417,7 @@ fn shards_over_three_emulated_links_with_one_killed_and_run_again() {
         cp_cmd_in_a(&emus[i], &env, &args)
     };
     // Where shard 1's piece starts, from the plan every shard computes.
-    let plan = std::process::Command::new(HAUL)
-        .args([
-            "plan",
-            "--shards",
-            "3",
-            "-r",
-            "-p",
-            "--block-size",
-            "256K",
-            &s,
-            &d,
-        ])
-        .output()
-        .unwrap();
-    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let plan = plan_json(&["--shards", "3", "-r", "-p", "--block-size", "256K", &s, &d]);
     let offset = plan["split"][1]["items"]
         .as_array()
         .unwrap()
