@@ -205,14 +205,8 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
     let is_pull = matches!(plan, Plan::Pull { .. });
     let shard = crate::shard::assigned(a)?;
     if shard.is_some() {
-        let why = if !matches!(
-            plan,
-            Plan::Push {
-                sources: PushFrom::Files(_),
-                ..
-            }
-        ) {
-            Some("--shard splits a push of files that every shard's host sees (a shared or parallel file system); the sources here are remote or in a bucket")
+        let why = if is_pull {
+            Some("--shard splits a push of sources that every shard's host sees (a shared or parallel file system, or one bucket); the sources here are remote")
         } else if a.delete {
             Some("--delete needs the whole manifest, and a shard sends only its share; run the deleting sync as one transfer")
         } else if a.basis.is_some() {
@@ -313,6 +307,21 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             for s in &listed.skipped {
                 eprintln!("haul: {s}");
             }
+            if let Some(sh) = shard {
+                let objects = Box::new(s3::S3Source::new(store, &listed));
+                let (entries, source, spec) = crate::shard::share(a, sh, &listed.entries, objects)?;
+                cfg.shard = Some(spec);
+                let flags = (a.recursive, false, listed.contents);
+                return push_shard(
+                    a,
+                    dialer,
+                    cfg,
+                    show,
+                    (entries, source, &dest),
+                    flags,
+                    (&peer, ssh),
+                );
+            }
             let conn = dialer.connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
             let contents = listed.contents;
@@ -341,24 +350,21 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
                 .iter()
                 .any(|s| store::names_contents(s.as_os_str().as_bytes()));
             if let Some(sh) = shard {
-                let (entries, source, spec) = crate::shard::share(a, sh, walked)?;
+                let files = store::Sources::new(walked.paths.clone())
+                    .stamped(&walked.entries, &walked.inodes);
+                let (entries, source, spec) =
+                    crate::shard::share(a, sh, &walked.entries, Box::new(files))?;
                 cfg.shard = Some(spec);
-                let conn = dialer.connect(cfg)?;
-                let bar = Bar::start(conn.progress(), show);
                 let flags = (a.recursive, sources.len() > 1, contents);
-                let r = conn.push_from(entries, source, &dest, flags);
-                bar.finish();
-                let r = finish(r, dialer)?;
-                if a.shard_status && !crate::shard::complete(&r.notes) {
-                    let said: Vec<&str> = r.notes.iter().map(|(_, n)| n.as_str()).collect();
-                    return Err(TransferError::new(
-                        wire::ErrorCode::Other,
-                        format!("the transfer is not complete yet: {}", said.join("; ")),
-                    ));
-                }
-                crate::known_paths::save(&peer, ssh, &r);
-                let text = (!a.quiet).then(|| report::text(&r));
-                return Ok((report::json(&r, "push"), text));
+                return push_shard(
+                    a,
+                    dialer,
+                    cfg,
+                    show,
+                    (entries, source, &dest),
+                    flags,
+                    (&peer, ssh),
+                );
             }
             // Zero blocks are looked for while the connection is set up;
             // not for a sync, whose files may all be skipped.
@@ -429,6 +435,34 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
     };
     let text = (!a.quiet).then(|| report::text(&report));
     Ok((report::json(&report, direction), text))
+}
+
+/// One shard's push (P-42): its share, then, for `--shard-status`, an
+/// error unless the whole transfer is complete.
+fn push_shard(
+    a: &CpArgs,
+    mut dialer: Dialer,
+    cfg: ClientConfig,
+    show: Show,
+    (entries, source, dest): (Vec<wire::Entry>, Box<dyn store::BlockSource>, &str),
+    flags: (bool, bool, bool),
+    (peer, ssh): (&Peer, bool),
+) -> Result<(String, Option<String>), TransferError> {
+    let conn = dialer.connect(cfg)?;
+    let bar = Bar::start(conn.progress(), show);
+    let r = conn.push_from(entries, source, dest, flags);
+    bar.finish();
+    let r = finish(r, dialer)?;
+    if a.shard_status && !crate::shard::complete(&r.notes) {
+        let said: Vec<&str> = r.notes.iter().map(|(_, n)| n.as_str()).collect();
+        return Err(TransferError::new(
+            wire::ErrorCode::Other,
+            format!("the transfer is not complete yet: {}", said.join("; ")),
+        ));
+    }
+    crate::known_paths::save(peer, ssh, &r);
+    let text = (!a.quiet).then(|| report::text(&r));
+    Ok((report::json(&r, "push"), text))
 }
 
 /// Ends the ssh link once the transfer is over, and notes the route taken.

@@ -73,14 +73,17 @@ pub type Share = (Vec<Entry>, Box<dyn store::BlockSource>, ShardSpec);
 /// One shard's push: its manifest, its sources (pieces read at their
 /// offsets) and the request's shard part. `--shard-status` sends none
 /// of the sources.
+/// `entries`: the whole manifest (of files, or of a bucket's objects),
+/// whose bytes `source` reads by entry id.
 pub fn share(
     a: &CpArgs,
     (index, count): (u32, u32),
-    walked: store::Walked,
+    entries: &[Entry],
+    source: Box<dyn store::BlockSource>,
 ) -> Result<Share, TransferError> {
-    let plan = plan_of(a, &walked.entries, count)?;
+    let plan = plan_of(a, entries, count)?;
     let view = plan
-        .view(index, &walked.entries)
+        .view(index, entries)
         .map_err(|e| usage(e.to_string()))?;
     let spec = ShardSpec {
         transfer: transfer_key(a, count),
@@ -116,8 +119,7 @@ pub fn share(
             (*id, p.offset, len)
         })
         .collect();
-    let files = store::Sources::new(walked.paths).stamped(&walked.entries, &walked.inodes);
-    let source = Box::new(ShardSource::new(Box::new(files), &pieces));
+    let source = Box::new(ShardSource::new(source, &pieces));
     let entries = if a.shard_status {
         Vec::new()
     } else {

@@ -450,3 +450,63 @@ fn over_ssh_a_remote_path_may_be_a_bucket_the_remote_reaches() {
     ]));
     assert!(fs::read(&back).unwrap() == data);
 }
+
+#[test]
+fn shards_read_one_bucket_and_fill_one_destination() {
+    if !gateway_available("the s3 shards test") {
+        return;
+    }
+    let env = Env::new();
+    let server = env.serve();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    // Objects put there by haul: one large (split across the shards) and
+    // a few small.
+    let tree = env.root.join("tree");
+    fs::create_dir_all(tree.join("s")).unwrap();
+    write_file(&tree.join("large.bin"), &random_bytes(12 << 20, 3));
+    for i in 0..5 {
+        write_file(
+            &tree.join(format!("s/f{i}")),
+            &random_bytes(3000 + i * 11, 40 + i as u64),
+        );
+    }
+    ok(&cp(
+        &env,
+        &gw,
+        &["-r", "-p", &env.remote(&server, "tree/"), "s3://bkt/t/"],
+    ));
+    let d = env.remote(&server, "dst/");
+    for i in 0..3 {
+        let spec = format!("{i}/3");
+        let out = cp(
+            &env,
+            &gw,
+            &[
+                "-r",
+                "-p",
+                "--block-size",
+                "1M",
+                "--shard",
+                &spec,
+                "s3://bkt/t/",
+                &d,
+            ],
+        );
+        let said = ok(&out);
+        if i == 2 {
+            assert!(said.contains("is complete and verified"), "{said}");
+        }
+    }
+    assert_eq!(
+        fs::read(env.root.join("dst/large.bin")).unwrap(),
+        fs::read(tree.join("large.bin")).unwrap()
+    );
+    for i in 0..5 {
+        let rel = format!("s/f{i}");
+        assert_eq!(
+            fs::read(env.root.join("dst").join(&rel)).unwrap(),
+            fs::read(tree.join(&rel)).unwrap(),
+            "{rel}"
+        );
+    }
+}
