@@ -378,6 +378,16 @@ pub struct CpArgs {
     /// No progress bar and no summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Send exactly the paths listed in FILE (one a line; `-` reads
+    /// standard input), relative to the one source directory, into the
+    /// destination directory, with the directories they lie in (rsync's
+    /// --files-from). A listed directory is sent with its tree under -r.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+    /// With --files-from: the paths are separated by NUL bytes, not lines
+    /// (find -print0).
+    #[arg(short = '0', long, requires = "files_from")]
+    pub from0: bool,
     /// Move only shard I of N of this transfer (0/4 is the first of 4),
     /// or `auto`: the index and count of a Slurm job array task or a
     /// Kubernetes Indexed Job's pod (see `haul plan`).

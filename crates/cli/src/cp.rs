@@ -203,6 +203,11 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
         ));
     }
     let is_pull = matches!(plan, Plan::Pull { .. });
+    if a.files_from.is_some() && is_pull {
+        return Err(usage(
+            "--files-from names local files to send; to fetch a list of remote files, run haul on that host",
+        ));
+    }
     let shard = crate::shard::assigned(a)?;
     if shard.is_some() {
         let why = if is_pull {
@@ -342,13 +347,19 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             dest,
             ..
         } => {
-            let walked = store::walk(&sources, a.recursive)?;
+            let walked = match &a.files_from {
+                Some(list) => crate::files_from::walk(list, a.from0, &sources, a.recursive)?,
+                None => store::walk(&sources, a.recursive)?,
+            };
             for s in &walked.skipped {
                 eprintln!("haul: {s}");
             }
-            let contents = sources
-                .iter()
-                .any(|s| store::names_contents(s.as_os_str().as_bytes()));
+            // Listed paths go into the destination directory, as a `dir/`
+            // source's contents do.
+            let contents = a.files_from.is_some()
+                || sources
+                    .iter()
+                    .any(|s| store::names_contents(s.as_os_str().as_bytes()));
             if let Some(sh) = shard {
                 let files = store::Sources::new(walked.paths.clone())
                     .stamped(&walked.entries, &walked.inodes);

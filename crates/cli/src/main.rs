@@ -5,6 +5,7 @@ mod args;
 mod cp;
 mod doctor;
 mod exit;
+mod files_from;
 mod home;
 mod known_paths;
 mod location;

@@ -38,4 +38,4 @@ pub use journal::Stamp;
 pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
 pub use storage::{BlockSink, BlockSource, Held, HeldReader};
-pub use walk::{names_contents, walk, Inode, Walked};
+pub use walk::{names_contents, walk, walk_listed, Inode, Walked};

@@ -3,6 +3,7 @@
 //! source's own name (P-8). Sources named on the command line are followed
 //! if they are symlinks, as scp does; links inside a tree are sent as links.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -81,8 +82,81 @@ pub fn walk(sources: &[PathBuf], recursive: bool) -> Result<Walked, StoreError> 
             add_children(&mut w, src, None, recursive)?;
             continue;
         }
+        if meta.is_dir() && !recursive {
+            return Err(not_recursive(src));
+        }
         let name = top_name(src)?;
         add(&mut w, src, name, &meta, recursive, true)?;
+    }
+    Ok(w)
+}
+
+/// Enumerates the paths of `list` under `base` (`--files-from`, as
+/// rsync's): each named relative to `base`, with the directories it lies
+/// in as entries before it (those alone, not their other contents). A
+/// listed directory is its tree with `recursive`, else itself. A path
+/// listed twice, or inside a directory listed with `recursive`, is sent
+/// once. A leading `/` or `./` is dropped; `..` is refused.
+pub fn walk_listed(base: &Path, list: &[Vec<u8>], recursive: bool) -> Result<Walked, StoreError> {
+    let mut paths: Vec<Vec<u8>> = Vec::with_capacity(list.len());
+    for raw in list {
+        let mut p: &[u8] = raw;
+        while let Some(rest) = p.strip_prefix(b"/").or_else(|| p.strip_prefix(b"./")) {
+            p = rest;
+        }
+        let p = p.strip_suffix(b"/").unwrap_or(p);
+        if p.is_empty() || p == b"." {
+            continue;
+        }
+        if p.split(|&b| b == b'/').any(|c| c == b".." || c.is_empty()) {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "--files-from: {:?} leaves the source directory or has an empty component; list paths below it",
+                    String::from_utf8_lossy(raw)
+                ),
+            ));
+        }
+        paths.push(p.to_vec());
+    }
+    paths.sort();
+    paths.dedup();
+    let mut w = Walked::default();
+    let mut dirs: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    let mut walked_trees: Vec<Vec<u8>> = Vec::new();
+    for rel in paths {
+        let inside = |t: &Vec<u8>| rel.starts_with(t) && rel.get(t.len()) == Some(&b'/');
+        if walked_trees.iter().any(inside) || dirs.contains(&rel) {
+            continue;
+        }
+        // The directories it lies in, each once.
+        let mut at = 0;
+        while let Some(i) = rel[at..].iter().position(|&b| b == b'/') {
+            let parent = rel[..at + i].to_vec();
+            at += i + 1;
+            if dirs.insert(parent.clone()) {
+                let path = base.join(OsStr::from_bytes(&parent));
+                let meta = fs::symlink_metadata(&path)
+                    .map_err(|e| StoreError::io("read source", &path, &e))?;
+                if !meta.is_dir() {
+                    return Err(StoreError::new(
+                        StoreErrorKind::BadRequest,
+                        format!("--files-from: {} is not a directory", path.display()),
+                    ));
+                }
+                add(&mut w, &path, parent, &meta, false, true)?;
+            }
+        }
+        let path = base.join(OsStr::from_bytes(&rel));
+        let meta =
+            fs::symlink_metadata(&path).map_err(|e| StoreError::io("read source", &path, &e))?;
+        if meta.is_dir() {
+            dirs.insert(rel.clone());
+            if recursive {
+                walked_trees.push(rel.clone());
+            }
+        }
+        add(&mut w, &path, rel, &meta, recursive, true)?;
     }
     Ok(w)
 }
@@ -186,7 +260,7 @@ fn add(
         w.paths.push(path.to_path_buf());
         w.inodes.push(Inode::of(meta));
     } else if ft.is_dir() {
-        if !recursive {
+        if !recursive && !top {
             return Err(not_recursive(path));
         }
         w.entries.push(Entry {
@@ -201,7 +275,9 @@ fn add(
         });
         w.paths.push(path.to_path_buf());
         w.inodes.push(Inode::of(meta));
-        add_children(w, path, Some(&rel), recursive)?;
+        if recursive {
+            add_children(w, path, Some(&rel), recursive)?;
+        }
     } else {
         let what = if top { "refusing to copy" } else { "skipped" };
         w.skipped.push(format!(
@@ -240,7 +316,25 @@ mod tests {
         assert_eq!(names, ["t", "t/a b", "t/b", "t/b/x", "t/empty", "t/link"]);
         assert_eq!(w.file_bytes(), 5);
         assert_eq!(w.entries[5].target, b"b/x");
-        assert!(walk(&[top], false).is_err());
+        assert!(walk(std::slice::from_ref(&top), false).is_err());
+        let list: Vec<Vec<u8>> = [&b"b/x"[..], b"./link", b"b/x", b"empty/", b"/a b"]
+            .iter()
+            .map(|p| p.to_vec())
+            .collect();
+        let l = walk_listed(&top, &list, false).unwrap();
+        let names: Vec<String> = l
+            .entries
+            .iter()
+            .map(|e| String::from_utf8(e.path.clone()).unwrap())
+            .collect();
+        assert_eq!(names, ["a b", "b", "b/x", "empty", "link"]);
+        assert!(matches!(l.entries[1].kind, EntryKind::Dir { .. }));
+        let inside: Vec<Vec<u8>> = vec![b"b".to_vec(), b"b/x".to_vec()];
+        assert_eq!(walk_listed(&top, &inside, true).unwrap().entries.len(), 2);
+        for bad in [&b"../t/b"[..], b"b/../x", b"b//x"] {
+            assert!(walk_listed(&top, &[bad.to_vec()], true).is_err());
+        }
+        assert!(walk_listed(&top, &[b"nope".to_vec()], true).is_err());
         assert_eq!(
             walk(&[d.path().join("nope")], true).err().map(|e| e.kind),
             Some(StoreErrorKind::NotFound)
