@@ -199,6 +199,9 @@ pub fn run(a: ServeArgs) -> i32 {
         prekeyed: None,
         buckets,
     };
+    if let ClientKeys::File(path) = &cfg.client_keys {
+        reload_on_hangup(path.clone());
+    }
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;
     let res = endpoint::serve(cfg, |addr| {
@@ -267,4 +270,43 @@ pub fn keygen(a: KeygenArgs) -> i32 {
             1
         }
     }
+}
+
+static HANGUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    HANGUP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// SIGHUP, as sshd takes it (a service manager's `reload`): the authorized
+/// keys are read again and what they hold is logged, and the daemon goes
+/// on. Every new session reads the file as it starts anyway, so a key
+/// added or removed applies to the next session, and running transfers
+/// are never dropped.
+fn reload_on_hangup(path: std::path::PathBuf) {
+    // SAFETY: installing an async-signal-safe handler (one atomic store).
+    unsafe {
+        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
+    }
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if !HANGUP.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            continue;
+        }
+        match AuthorizedKeys::load(&path) {
+            Ok(l) => {
+                for w in &l.warnings {
+                    tracing::warn!("{w}");
+                }
+                eprintln!(
+                    "haul serve: SIGHUP: {} authorized client key(s) in {}; new sessions use them, running ones go on",
+                    l.keys.len(),
+                    path.display()
+                );
+            }
+            Err(e) => {
+                eprintln!("haul serve: SIGHUP: {e}; every new client is refused until it is fixed")
+            }
+        }
+    });
 }

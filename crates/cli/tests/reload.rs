@@ -1,0 +1,133 @@
+//! A daemon's authorized keys change while it runs: SIGHUP (a service
+//! manager's reload) reads them again and logs them, a key added is let
+//! in and a key removed kept out from the next session on, and a transfer
+//! running meanwhile is never dropped.
+
+mod common;
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn hangup(server: &common::Server) {
+    // SAFETY: kill(2) on the daemon this test started.
+    let r = unsafe { libc::kill(server.pid() as libc::pid_t, libc::SIGHUP) };
+    assert_eq!(r, 0);
+}
+
+#[test]
+fn keys_change_under_a_running_daemon_without_dropping_a_transfer() {
+    let env = Env::new();
+    let server = env.serve();
+    let src = env.local.join("slow.bin");
+    let data = random_bytes(12 << 20, 9);
+    write_file(&src, &data);
+    // A second client, not yet authorized.
+    let home_b = env.dir.path().join("home_b");
+    fs::create_dir_all(&home_b).unwrap();
+    let kb = Command::new(HAUL)
+        .args(["keygen", "-f"])
+        .arg(home_b.join("id_x25519"))
+        .output()
+        .unwrap();
+    let b_key = String::from_utf8(kb.stdout).unwrap();
+    let small = env.local.join("small.txt");
+    write_file(&small, b"hello");
+    let as_b = |dest: &str| {
+        let mut c = Command::new(HAUL);
+        c.args(["cp", small.to_str().unwrap(), &env.remote(&server, dest)])
+            .env("HAUL_HOME", &home_b)
+            .stdin(Stdio::null());
+        output_within(c, CP_LIMIT)
+    };
+    fails(&as_b("b0.txt"), 4);
+
+    // A's transfer runs for seconds (capped at 16 Mbit/s) meanwhile.
+    let a = env
+        .cp_cmd(&[
+            "--rate",
+            "16M",
+            src.to_str().unwrap(),
+            &env.remote(&server, "slow.bin"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let keys = env.server_home.join("authorized_keys");
+    let a_key = fs::read_to_string(&keys).unwrap();
+    fs::write(&keys, format!("{a_key}{b_key}")).unwrap();
+    hangup(&server);
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .log
+            .lock()
+            .unwrap()
+            .contains("SIGHUP: 2 authorized client key(s)")),
+        "no reload logged: {}",
+        server.log.lock().unwrap()
+    );
+    ok(&as_b("b1.txt"));
+    // A's key goes: its running transfer finishes, its next is refused.
+    fs::write(&keys, &b_key).unwrap();
+    hangup(&server);
+    let out = a.wait_with_output().unwrap();
+    ok(&out);
+    assert!(fs::read(env.root.join("slow.bin")).unwrap() == data);
+    fails(
+        &env.cp(&[small.to_str().unwrap(), &env.remote(&server, "a2.txt")]),
+        4,
+    );
+    ok(&as_b("b2.txt"));
+}
+
+/// The unit file a site installs runs the daemon as its own user, may
+/// write only the root and its state, reloads keys by SIGHUP, and starts
+/// a command haul takes.
+#[test]
+fn the_systemd_unit_is_hardened_and_its_command_parses() {
+    let unit = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/haul.service"
+    ))
+    .unwrap();
+    let get = |k: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("contrib/haul.service has no {k}="))
+            .to_string()
+    };
+    assert_eq!(get("User"), "haul");
+    assert_eq!(get("ProtectSystem"), "strict");
+    assert_eq!(get("NoNewPrivileges"), "yes");
+    assert_eq!(get("CapabilityBoundingSet"), "");
+    assert_eq!(get("ExecReload"), "/bin/kill -HUP $MAINPID");
+    let exec = get("ExecStart");
+    let root = exec
+        .split("--root ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    assert_eq!(
+        get("ReadWritePaths"),
+        root,
+        "the root is the one path it may write"
+    );
+    // The command line as haul reads it: a bad flag would fail here.
+    let args: Vec<&str> = exec.split_whitespace().skip(1).collect();
+    let out = Command::new(HAUL)
+        .args(&args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
