@@ -107,6 +107,12 @@ pub struct PlanArgs {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitArg {
     Json,
     Slurm,
@@ -504,6 +510,11 @@ pub enum TransportArg {
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// How the daemon logs each finished session: a line of text, or one
+    /// JSON object a line (who, what, bytes, wire bytes, seconds, outcome)
+    /// for a log collector.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// The directory tree to serve; nothing outside it is read or written.
     /// Optional with --stdio, where paths are otherwise the login's own
     /// (and `s3://` paths reach the stores this login's credentials do).

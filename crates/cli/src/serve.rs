@@ -183,6 +183,10 @@ pub fn run(a: ServeArgs) -> i32 {
         );
     }
     let cfg = ServerConfig {
+        transfer_log: match a.log_format {
+            crate::args::LogFormat::Text => endpoint::TransferLog::Text,
+            crate::args::LogFormat::Json => endpoint::TransferLog::Json,
+        },
         root: root.clone(),
         base: None,
         key,

@@ -131,3 +131,51 @@ fn the_systemd_unit_is_hardened_and_its_command_parses() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every finished session is one line in the daemon's log: with
+/// `--log-format json`, one JSON object naming the key by its comment,
+/// the operation, the bytes and the outcome.
+#[test]
+fn each_transfer_is_one_log_line_as_json() {
+    let env = Env::new();
+    let keys = env.server_home.join("authorized_keys");
+    let line = fs::read_to_string(&keys).unwrap();
+    let key: Vec<&str> = line.split_whitespace().take(2).collect();
+    fs::write(&keys, format!("{} alice@lab\n", key.join(" "))).unwrap();
+    let server = env.serve_with(&["--log-format", "json"]);
+    let src = env.local.join("f.bin");
+    write_file(&src, &random_bytes(300_000, 4));
+    ok(&env.cp(&[src.to_str().unwrap(), &env.remote(&server, "f.bin")]));
+    fails(
+        &env.cp(&[src.to_str().unwrap(), &env.remote(&server, "../escape.bin")]),
+        8,
+    );
+    let events = || -> Vec<serde_json::Value> {
+        server
+            .log
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["event"] == "transfer")
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || events().len() >= 2),
+        "{}",
+        server.log.lock().unwrap()
+    );
+    // The client may be done before its session's line is written: find
+    // each by its path.
+    let ev = events();
+    let of = |p: &str| ev.iter().find(|e| e["paths"][0] == p).unwrap().clone();
+    let (good, bad) = (of("f.bin"), of("../escape.bin"));
+    assert_eq!(good["who"], "alice@lab");
+    assert_eq!(good["op"], "push");
+    assert_eq!(good["bytes"], 300_000);
+    assert_eq!(good["files"], 1);
+    assert_eq!(good["ok"], true);
+    assert!(good["wire_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(bad["ok"], false);
+    assert_eq!(bad["code"], 8);
+}

@@ -29,6 +29,9 @@ use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
 pub mod bucket;
 mod files;
+mod guards;
+mod record;
+use guards::{Greeting, SessionGuard};
 mod keyed;
 mod limits;
 pub use keyed::Prekeyed;
@@ -87,6 +90,18 @@ pub struct ServerConfig {
     /// Objects served instead of files (`--root s3://...`), or reachable
     /// by `s3://` paths (over ssh).
     pub buckets: Option<Arc<bucket::Buckets>>,
+    /// Each finished session's line on stderr (issue 29): a daemon's log.
+    /// Off for a server started over ssh, whose stderr is the client's.
+    pub transfer_log: TransferLog,
+}
+
+/// How a daemon logs each finished session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferLog {
+    Off,
+    Text,
+    /// One JSON object a line (`--log-format json`).
+    Json,
 }
 
 struct Server {
@@ -146,7 +161,7 @@ pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
     let mut last_notice: Option<Instant> = None;
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
-        let Some(guard) = Greeting::enter(&server.greeting) else {
+        let Some(guard) = Greeting::enter(&server.greeting, MAX_GREETING) else {
             if last_notice.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                 tracing::warn!(
                     "{MAX_GREETING} connections are still in their handshake; closing new ones until they finish or time out"
@@ -162,7 +177,8 @@ pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
 
 impl Server {
     /// Whether `peer` may open a session; the refusal says what to do.
-    fn admit(&self, peer: &PublicKey) -> Result<(), String> {
+    /// `Ok` holds the comment the file gives the key, naming it in logs.
+    fn admit(&self, peer: &PublicKey) -> Result<Option<String>, String> {
         match &self.cfg.client_keys {
             ClientKeys::File(path) => {
                 let authorized = match AuthorizedKeys::load(path) {
@@ -176,7 +192,7 @@ impl Server {
                     }
                 };
                 if authorized.contains(peer) {
-                    return Ok(());
+                    return Ok(authorized.comment(peer).map(str::to_string));
                 }
                 Err(format!(
                     "the server does not know your key {} (client key); add this line to {} on the server: {}",
@@ -185,7 +201,7 @@ impl Server {
                     peer
                 ))
             }
-            ClientKeys::Only(key) if key == peer => Ok(()),
+            ClientKeys::Only(key) if key == peer => Ok(Some("ssh".into())),
             ClientKeys::Only(_) => Err(format!(
                 "key {} is not the one-time key of the ssh session that started this server",
                 peer.fingerprint()
@@ -273,16 +289,32 @@ impl Server {
             }
             ConnKind::Control | ConnKind::Keyed => {
                 let started = Instant::now();
+                let rec = record::Record::new(peer.clone());
                 let run = if pre.kind == ConnKind::Keyed {
-                    self.keyed_session(stream, &pre, greeting)
+                    self.keyed_session(stream, &pre, greeting, &rec)
                 } else {
-                    self.session(stream, &pre, greeting)
+                    self.session(stream, &pre, greeting, &rec)
                 };
-                match run {
-                    Ok(line) => {
-                        tracing::info!("{peer}: {line} in {:.2}s", started.elapsed().as_secs_f64())
+                // One line per session that asked for something (issue 29).
+                let json = self.cfg.transfer_log == TransferLog::Json;
+                match rec.line(&run, started.elapsed(), json) {
+                    Some(line) if self.cfg.transfer_log != TransferLog::Off => {
+                        // One write, so lines of sessions ending at once
+                        // never mix.
+                        let prefix = if json { "" } else { "haul serve: " };
+                        let _ = std::io::Write::write_all(
+                            &mut std::io::stderr(),
+                            format!("{prefix}{line}\n").as_bytes(),
+                        );
                     }
-                    Err(e) => tracing::warn!("{peer}: {e}"),
+                    _ => {
+                        if let Err(e) = &run {
+                            tracing::warn!("{peer}: {e}");
+                        }
+                    }
+                }
+                if let Ok(line) = run {
+                    tracing::info!("{peer}: {line} in {:.2}s", started.elapsed().as_secs_f64())
                 }
             }
         }
@@ -293,6 +325,7 @@ impl Server {
         mut stream: TcpStream,
         pre: &wire::Preamble,
         greeting: Greeting,
+        rec: &record::Record,
     ) -> Result<String, TransferError> {
         // A client that may take the UDP channel wishes for its socket in
         // message one: it is opened on the address the client reached us
@@ -310,7 +343,7 @@ impl Server {
         let est = est?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
-        self.run_session(control, est, udp, progress)
+        self.run_session(control, est, udp, progress, rec)
     }
 
     /// The control connection of the session whose keys the ssh greetings
@@ -320,10 +353,11 @@ impl Server {
         stream: TcpStream,
         pre: &wire::Preamble,
         greeting: Greeting,
+        rec: &record::Record,
     ) -> Result<String, TransferError> {
         let (control, est, udp, progress) = self.prekeyed.join(stream, pre)?;
         drop(greeting);
-        self.run_session(control, est, udp, progress)
+        self.run_session(control, est, udp, progress, rec)
     }
 
     /// A session from the moment its control connection is keyed: admission,
@@ -334,6 +368,7 @@ impl Server {
         mut est: handshake::Established,
         udp: Option<udp::UdpChannel>,
         progress: Arc<Progress>,
+        rec: &record::Record,
     ) -> Result<String, TransferError> {
         let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
         // Listed from now on, so data connections dialled right behind the
@@ -350,19 +385,21 @@ impl Server {
             Err(e)
         };
 
-        if let Err(msg) = self.admit(&est.peer) {
-            return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg));
+        match self.admit(&est.peer) {
+            Ok(comment) => rec.key(est.peer.fingerprint(), comment),
+            Err(msg) => return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg)),
         }
-        let _guard = match SessionGuard::enter(&self.active, self.cfg.max_sessions) {
-            Some(g) => g,
-            None => {
-                let msg = format!(
-                    "server busy: {} sessions already running; try again later",
-                    self.cfg.max_sessions
-                );
-                return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
-            }
-        };
+        let _guard =
+            match SessionGuard::enter(&self.active, self.cfg.max_sessions, release_freed_memory) {
+                Some(g) => g,
+                None => {
+                    let msg = format!(
+                        "server busy: {} sessions already running; try again later",
+                        self.cfg.max_sessions
+                    );
+                    return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+                }
+            };
         ctrl_w
             .send_msg(&Msg::Welcome)
             .map_err(|e| TransferError::lost("welcoming the client", &e))?;
@@ -386,6 +423,7 @@ impl Server {
             }
         };
         ctrl_r.get_ref().set_read_timeout(None).ok();
+        rec.request(&req.op, &req.paths, &progress);
         if let Err(e) = check_request(&req) {
             return refuse(&mut ctrl_w, e);
         }
@@ -419,17 +457,20 @@ impl Server {
             );
         }
         let _tunnel_guard = match req.op {
-            Op::Tunnel => match SessionGuard::enter(&self.tunnels, self.cfg.max_tunnels) {
-                Some(g) => Some(g),
-                None => {
-                    let msg = format!(
+            Op::Tunnel => {
+                match SessionGuard::enter(&self.tunnels, self.cfg.max_tunnels, release_freed_memory)
+                {
+                    Some(g) => Some(g),
+                    None => {
+                        let msg = format!(
                         "server busy: {} tunnel sessions already running (--max-tunnels), each of which may hold {} MiB; try again later",
                         self.cfg.max_tunnels,
                         tunnel_driver::SESSION_HELD >> 20
                     );
-                    return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+                        return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+                    }
                 }
-            },
+            }
             _ => None,
         };
 
@@ -657,6 +698,7 @@ impl Server {
                     },
                     &progress,
                 )?;
+                rec.moved(r.summary.files, bytes);
                 Ok(format!(
                     "sent {} files, {bytes} bytes, over {how} ({})",
                     r.summary.files,
@@ -675,6 +717,7 @@ impl Server {
                     transfer::gate_receiver(&mut session, &opts);
                 }
                 let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &*sink, &opts, &progress)?;
+                rec.moved(s.files, s.file_bytes);
                 Ok(format!(
                     "received {} files, {} bytes, over {how} ({})",
                     s.files,
@@ -919,45 +962,6 @@ struct Reserved<'a> {
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         session::Pool::give(self.pool, self.bytes);
-    }
-}
-
-/// A connection counted in [`Server::greeting`] until dropped.
-struct Greeting(Arc<AtomicUsize>);
-
-impl Greeting {
-    fn enter(count: &Arc<AtomicUsize>) -> Option<Greeting> {
-        if count.fetch_add(1, Ordering::AcqRel) >= MAX_GREETING {
-            count.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Greeting(count.clone()))
-    }
-}
-
-impl Drop for Greeting {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-struct SessionGuard<'a>(&'a AtomicUsize);
-
-impl<'a> SessionGuard<'a> {
-    fn enter(active: &'a AtomicUsize, max: usize) -> Option<SessionGuard<'a>> {
-        let prev = active.fetch_add(1, Ordering::AcqRel);
-        if prev >= max {
-            active.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(SessionGuard(active))
-    }
-}
-
-impl Drop for SessionGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-        release_freed_memory();
     }
 }
 

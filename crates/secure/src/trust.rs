@@ -22,6 +22,8 @@ use crate::keys::{KeyError, PublicKey};
 #[derive(Debug, Default, Clone)]
 pub struct AuthorizedKeys {
     keys: HashSet<PublicKey>,
+    /// The comment after each key (`alice@lab`), naming it in logs.
+    comments: std::collections::HashMap<PublicKey, String>,
 }
 
 /// An authorized-keys file as read: its keys, and what is wrong with it
@@ -60,6 +62,7 @@ impl AuthorizedKeys {
     /// lines that are neither keys, blank nor comments (skipped).
     pub fn parse(text: &str) -> (AuthorizedKeys, Vec<usize>) {
         let mut keys = HashSet::new();
+        let mut comments = std::collections::HashMap::new();
         let mut bad = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -69,11 +72,26 @@ impl AuthorizedKeys {
             match PublicKey::parse(line) {
                 Some(k) => {
                     keys.insert(k);
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    let skip = if words.first() == Some(&"haul-x25519") {
+                        2
+                    } else {
+                        1
+                    };
+                    let comment = words.get(skip..).unwrap_or_default().join(" ");
+                    if !comment.is_empty() {
+                        comments.insert(k, comment);
+                    }
                 }
                 None => bad.push(i + 1),
             }
         }
-        (AuthorizedKeys { keys }, bad)
+        (AuthorizedKeys { keys, comments }, bad)
+    }
+
+    /// The comment the file gives `key`, if any.
+    pub fn comment(&self, key: &PublicKey) -> Option<&str> {
+        self.comments.get(key).map(String::as_str)
     }
 
     pub fn insert(&mut self, key: PublicKey) {

@@ -176,6 +176,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         }
     };
     let cfg = ServerConfig {
+        transfer_log: endpoint::TransferLog::Off,
         root,
         base,
         key,

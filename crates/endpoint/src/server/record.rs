@@ -1,0 +1,157 @@
+//! One log line per finished session (issue 29): who (the key's comment
+//! in `authorized_keys`, and its fingerprint), from where, what (the
+//! operation and its paths), how much (files, file bytes, bytes on the
+//! wire), how long, and how it ended; as text, or as one JSON object a
+//! line with `--log-format json`, for a log collector.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use connect::error::TransferError;
+use connect::progress::Progress;
+use serde_json::json;
+
+/// What a session has told about itself so far.
+#[derive(Default)]
+struct Seen {
+    key: Option<String>,
+    comment: Option<String>,
+    op: Option<&'static str>,
+    paths: Vec<String>,
+    progress: Option<Arc<Progress>>,
+    /// Files and file bytes, as the finished session counted them.
+    moved: Option<(u64, u64)>,
+}
+
+/// Filled in as a session goes, logged once when it ends.
+#[derive(Default)]
+pub(crate) struct Record {
+    peer: String,
+    seen: Mutex<Seen>,
+}
+
+impl Record {
+    pub(crate) fn new(peer: String) -> Record {
+        Record {
+            peer,
+            seen: Mutex::default(),
+        }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The client's key, once its handshake is through.
+    pub(crate) fn key(&self, fingerprint: String, comment: Option<String>) {
+        let mut s = self.seen();
+        s.key = Some(fingerprint);
+        s.comment = comment;
+    }
+
+    /// What it asked, and its counters.
+    pub(crate) fn request(&self, op: &wire::Op, paths: &[String], progress: &Arc<Progress>) {
+        let mut s = self.seen();
+        s.op = Some(match op {
+            wire::Op::Push => "push",
+            wire::Op::Pull => "pull",
+            wire::Op::Probe { .. } => "probe",
+            wire::Op::Tunnel => "tunnel",
+        });
+        s.paths = paths.to_vec();
+        s.progress = Some(progress.clone());
+    }
+
+    /// What the finished session moved: files and their bytes.
+    pub(crate) fn moved(&self, files: u64, bytes: u64) {
+        self.seen().moved = Some((files, bytes));
+    }
+
+    /// The line: JSON with `json`, text otherwise. `None` for a
+    /// connection that never got as far as a request (a port scan, a
+    /// refused key: those are logged where they fail).
+    pub(crate) fn line(
+        &self,
+        outcome: &Result<String, TransferError>,
+        took: Duration,
+        json: bool,
+    ) -> Option<String> {
+        let s = self.seen();
+        let op = s.op?;
+        let get = |f: fn(&Progress) -> &std::sync::atomic::AtomicU64| {
+            s.progress.as_ref().map_or(0, |p| Progress::get(f(p)))
+        };
+        let (files, bytes) = s
+            .moved
+            .unwrap_or_else(|| (get(|p| &p.done_files), get(|p| &p.done_bytes)));
+        let wire = get(|p| &p.wire_tx) + get(|p| &p.wire_rx);
+        let who = s.comment.clone().unwrap_or_else(|| "-".into());
+        let key = s.key.clone().unwrap_or_default();
+        let (ok, code, message) = match outcome {
+            Ok(_) => (true, 0, String::new()),
+            Err(e) => (false, e.code as u8, e.message.clone()),
+        };
+        if json {
+            return Some(
+                json!({
+                    "event": "transfer",
+                    "who": who,
+                    "key": key,
+                    "peer": self.peer,
+                    "op": op,
+                    "paths": s.paths,
+                    "files": files,
+                    "bytes": bytes,
+                    "wire_bytes": wire,
+                    "seconds": (took.as_secs_f64() * 1000.0).round() / 1000.0,
+                    "ok": ok,
+                    "code": code,
+                    "error": message,
+                })
+                .to_string(),
+            );
+        }
+        let outcome = if ok {
+            "ok".to_string()
+        } else {
+            format!("failed (exit {code}): {message}")
+        };
+        Some(format!(
+            "transfer: {who} ({key}) from {} {op} {:?}: {files} files, {bytes} bytes, {wire} on the wire, {:.2} s, {outcome}",
+            self.peer,
+            s.paths,
+            took.as_secs_f64()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_says_who_did_what_and_how_it_ended() {
+        let r = Record::new("10.0.0.1:4000".into());
+        assert_eq!(r.line(&Ok(String::new()), Duration::ZERO, true), None);
+        r.key("b3:00".into(), Some("alice@lab".into()));
+        let p = Arc::new(Progress::default());
+        Progress::set(&p.done_bytes, 1234);
+        Progress::set(&p.done_files, 2);
+        r.request(&wire::Op::Push, &["in/".to_string()], &p);
+        let j: serde_json::Value = serde_json::from_str(
+            &r.line(&Ok(String::new()), Duration::from_millis(1500), true)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(j["who"], "alice@lab");
+        assert_eq!(j["op"], "push");
+        assert_eq!(j["bytes"], 1234);
+        assert_eq!(j["ok"], true);
+        let failed = Err(TransferError::new(wire::ErrorCode::DiskFull, "disk full"));
+        let t = r.line(&failed, Duration::from_secs(2), false).unwrap();
+        assert!(
+            t.contains("alice@lab (b3:00)") && t.contains("failed (exit 9): disk full"),
+            "{t}"
+        );
+    }
+}
