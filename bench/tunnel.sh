@@ -40,7 +40,7 @@ while (($#)); do
 done
 die() { echo "tunnel.sh: $*" >&2; exit 1; }
 ((EUID == 0)) || die "must run as root (namespaces, TUN, postgres as user postgres)"
-[[ -x $HAUL && -x $NETEM ]] || die "build first: cargo build --release -p cli -p netem"
+[[ -x $HAUL && -x $NETEM ]] || die "build first: cargo build --release -p haul -p netem"
 command -v nc >/dev/null || die "nc not found"
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [[ -x $PGBIN/initdb ]] || die "PostgreSQL not found (apt-get install postgresql)"

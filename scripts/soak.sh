@@ -9,7 +9,7 @@
 # halves run side by side. The log goes to bench/out/soak-*.log; a summary
 # of what the rounds covered and any failing seed is printed at the end.
 # A failing round names its seed; replay it alone with
-#   HAUL_FAULT_ROUNDS=1 HAUL_FAULT_SEED=<seed> cargo test --release -p cli --test faults -- --nocapture
+#   HAUL_FAULT_ROUNDS=1 HAUL_FAULT_SEED=<seed> cargo test --release -p haul --test faults -- --nocapture
 # (HAUL_WAN_FAULT_ROUNDS=1 HAUL_WAN_FAULT_SEED=<seed> for a round across the emulator)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,12 +18,12 @@ SEED=${2:-1000}
 mkdir -p bench/out
 log=bench/out/soak-$(date -u +%Y%m%d-%H%M%S).log
 echo "soak: $ROUNDS fault rounds on loopback and $ROUNDS across the emulator, from seed $SEED (log: $log)" >&2
-cargo test --release -p cli --test faults --no-run >/dev/null 2>&1
+cargo test --release -p haul --test faults --no-run >/dev/null 2>&1
 start=$(date +%s)
 rc=0
 HAUL_FAULT_ROUNDS=$ROUNDS HAUL_FAULT_SEED=$SEED \
   HAUL_WAN_FAULT_ROUNDS=$ROUNDS HAUL_WAN_FAULT_SEED=$SEED \
-  cargo test --release -p cli --test faults -- --nocapture --test-threads 2 >"$log" 2>&1 || rc=$?
+  cargo test --release -p haul --test faults -- --nocapture --test-threads 2 >"$log" 2>&1 || rc=$?
 took=$(($(date +%s) - start))
 ok=$(grep -c ': ok (' "$log" || true)
 echo "== rounds passed: $ok in ${took} s, exit $rc"

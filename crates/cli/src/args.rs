@@ -59,6 +59,26 @@ pub enum Command {
     /// per shard) or a Kubernetes Indexed Job that runs them.
     #[command(after_help = PLAN_HELP)]
     Plan(PlanArgs),
+    /// Print a shell's completions for haul, from these very flags:
+    /// `haul completions bash > /etc/bash_completion.d/haul`.
+    Completions(CompletionsArgs),
+    /// Print haul's manual page (roff), or with --out write one page per
+    /// command: `haul man --out /usr/local/share/man/man1`.
+    Man(ManArgs),
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+pub struct ManArgs {
+    /// Write haul.1 and haul-COMMAND.1 for every command into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 const PLAN_HELP: &str = "\

@@ -10,6 +10,7 @@ mod home;
 mod known_paths;
 mod location;
 mod logging;
+mod manual;
 mod probe;
 mod reach;
 mod report;
@@ -34,6 +35,8 @@ fn main() {
         args::Command::Taste(a) => taste::run(a),
         args::Command::Probe(a) => probe::run(a),
         args::Command::Tunnel(a) => tunnel::run(a),
+        args::Command::Completions(a) => manual::completions(a),
+        args::Command::Man(a) => manual::man(a),
         args::Command::Plan(a) => {
             let raw: Vec<String> = std::env::args()
                 .skip_while(|w| w != "plan")
