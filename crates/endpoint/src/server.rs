@@ -27,11 +27,14 @@ use connect::progress::Progress;
 use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW};
 use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
+mod access;
 pub mod bucket;
 mod files;
 mod guards;
+mod memory;
 mod record;
 use guards::{Greeting, SessionGuard};
+use memory::{MemoryPool, Reserved};
 mod keyed;
 mod limits;
 pub use keyed::Prekeyed;
@@ -177,8 +180,9 @@ pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
 
 impl Server {
     /// Whether `peer` may open a session; the refusal says what to do.
-    /// `Ok` holds the comment the file gives the key, naming it in logs.
-    fn admit(&self, peer: &PublicKey) -> Result<Option<String>, String> {
+    /// `Ok` holds the comment the file gives the key, naming it in logs,
+    /// and what its options allow.
+    fn admit(&self, peer: &PublicKey) -> Result<(Option<String>, access::KeyOptions), String> {
         match &self.cfg.client_keys {
             ClientKeys::File(path) => {
                 let authorized = match AuthorizedKeys::load(path) {
@@ -192,7 +196,15 @@ impl Server {
                     }
                 };
                 if authorized.contains(peer) {
-                    return Ok(authorized.comment(peer).map(str::to_string));
+                    let opts = access::KeyOptions::parse(authorized.options(peer).unwrap_or(""))
+                        .map_err(|e| {
+                            format!(
+                                "your key {} has options in {} on the server that haul refuses: {e}; ask its operator",
+                                peer.fingerprint(),
+                                path.display()
+                            )
+                        })?;
+                    return Ok((authorized.comment(peer).map(str::to_string), opts));
                 }
                 Err(format!(
                     "the server does not know your key {} (client key); add this line to {} on the server: {}",
@@ -201,7 +213,9 @@ impl Server {
                     peer
                 ))
             }
-            ClientKeys::Only(key) if key == peer => Ok(Some("ssh".into())),
+            ClientKeys::Only(key) if key == peer => {
+                Ok((Some("ssh".into()), access::KeyOptions::default()))
+            }
             ClientKeys::Only(_) => Err(format!(
                 "key {} is not the one-time key of the ssh session that started this server",
                 peer.fingerprint()
@@ -385,10 +399,13 @@ impl Server {
             Err(e)
         };
 
-        match self.admit(&est.peer) {
-            Ok(comment) => rec.key(est.peer.fingerprint(), comment),
+        let access = match self.admit(&est.peer) {
+            Ok((comment, access)) => {
+                rec.key(est.peer.fingerprint(), comment);
+                access
+            }
             Err(msg) => return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg)),
-        }
+        };
         let _guard =
             match SessionGuard::enter(&self.active, self.cfg.max_sessions, release_freed_memory) {
                 Some(g) => g,
@@ -427,6 +444,22 @@ impl Server {
         if let Err(e) = check_request(&req) {
             return refuse(&mut ctrl_w, e);
         }
+        // What this key may do (issue 29): the request narrowed or refused,
+        // and the part of the root it sees.
+        let on_bucket = access.root.is_some() && self.cfg.buckets.is_some();
+        let allowed = match on_bucket {
+            true => Err(TransferError::new(
+                ErrorCode::Permission,
+                "root= confines a key to a directory; this server serves a bucket",
+            )),
+            false => access
+                .allow(req)
+                .and_then(|r| access.root(&self.cfg.root).map(|root| (r, root))),
+        };
+        let (req, root) = match allowed {
+            Ok(x) => x,
+            Err(e) => return refuse(&mut ctrl_w, e),
+        };
         let protection = match parse_protection(req.protection)
             .and_then(|p| check_policy(p, self.cfg.require_encryption).map(|()| p))
         {
@@ -527,7 +560,7 @@ impl Server {
                 }
             }
             Op::Pull => {
-                let walked = match self.walk_request(&req) {
+                let walked = match self.walk_request(&root, &req) {
                     Ok(w) => w,
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
@@ -574,17 +607,17 @@ impl Server {
             }
             Op::Push => {
                 let dest = &req.paths[0];
-                let dest_res = self.resolve(dest).and_then(|p| {
+                let dest_res = self.resolve(&root, dest).and_then(|p| {
                     Destination::for_path(
                         &p,
                         dest.ends_with('/'),
                         req.many_sources,
                         req.contents,
-                        self.cfg.root.clone(),
+                        root.clone(),
                     )
                     .map_err(Into::into)
                 });
-                let basis = self.open_basis(&req.basis);
+                let basis = self.open_basis(&root, &req.basis);
                 let sink = dest_res.and_then(|d| {
                     self.receiving_sink(Sink::new(d, req.preserve), req.shard.as_ref())
                 });
@@ -922,47 +955,6 @@ fn drain_and_close(s: &TcpStream) {
 /// quarter, and at most [`SESSION_MEMORY`].
 pub fn session_share(memory: u64) -> u64 {
     (memory / 4).min(SESSION_MEMORY)
-}
-
-/// The daemon's memory (`--memory`): what sessions reserved of it for
-/// their buffers, and took for their manifests' bookkeeping.
-struct MemoryPool {
-    used: std::sync::Mutex<u64>,
-    limit: u64,
-}
-
-impl MemoryPool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
-        self.used.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl session::Pool for MemoryPool {
-    fn take(&self, bytes: u64) -> bool {
-        let mut used = self.lock();
-        if used.saturating_add(bytes) > self.limit {
-            return false;
-        }
-        *used += bytes;
-        true
-    }
-
-    fn give(&self, bytes: u64) {
-        let mut used = self.lock();
-        *used = used.saturating_sub(bytes);
-    }
-}
-
-/// A session's part of the daemon's memory, given back when dropped.
-struct Reserved<'a> {
-    pool: &'a MemoryPool,
-    bytes: u64,
-}
-
-impl Drop for Reserved<'_> {
-    fn drop(&mut self) {
-        session::Pool::give(self.pool, self.bytes);
-    }
 }
 
 /// A long-running server allocates from one glibc arena. With one per

@@ -24,6 +24,9 @@ pub struct AuthorizedKeys {
     keys: HashSet<PublicKey>,
     /// The comment after each key (`alice@lab`), naming it in logs.
     comments: std::collections::HashMap<PublicKey, String>,
+    /// The options before each key, as written (`root=projects/alpha,
+    /// read-only`): what the key may do, read by the server.
+    options: std::collections::HashMap<PublicKey, String>,
 }
 
 /// An authorized-keys file as read: its keys, and what is wrong with it
@@ -63,15 +66,26 @@ impl AuthorizedKeys {
     pub fn parse(text: &str) -> (AuthorizedKeys, Vec<usize>) {
         let mut keys = HashSet::new();
         let mut comments = std::collections::HashMap::new();
+        let mut options = std::collections::HashMap::new();
         let mut bad = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            // ssh's form: options, if any, come first, before the key.
+            let first = line.split_whitespace().next().unwrap_or("");
+            let (opts, line) = if first == "haul-x25519" || PublicKey::parse(first).is_some() {
+                (None, line)
+            } else {
+                (Some(first), line[first.len()..].trim_start())
+            };
             match PublicKey::parse(line) {
                 Some(k) => {
                     keys.insert(k);
+                    if let Some(o) = opts {
+                        options.insert(k, o.to_string());
+                    }
                     let words: Vec<&str> = line.split_whitespace().collect();
                     let skip = if words.first() == Some(&"haul-x25519") {
                         2
@@ -86,7 +100,19 @@ impl AuthorizedKeys {
                 None => bad.push(i + 1),
             }
         }
-        (AuthorizedKeys { keys, comments }, bad)
+        (
+            AuthorizedKeys {
+                keys,
+                comments,
+                options,
+            },
+            bad,
+        )
+    }
+
+    /// The options written before `key`, if any.
+    pub fn options(&self, key: &PublicKey) -> Option<&str> {
+        self.options.get(key).map(String::as_str)
     }
 
     /// The comment the file gives `key`, if any.

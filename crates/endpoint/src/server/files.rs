@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use connect::error::TransferError;
-use store::{walk, Held, Walked};
+use store::{walk, Held, Root, Walked};
 use wire::Request;
 
 /// A basis as the receiver takes it: where it is, and the file open.
@@ -13,22 +13,23 @@ type Basis = Option<(PathBuf, Arc<dyn Held>)>;
 
 impl super::Server {
     /// A path of the request, inside the root (P-16).
-    pub(super) fn resolve(&self, path: &str) -> Result<PathBuf, TransferError> {
+    /// `root`: the served root, or the part of it a key sees (`root=`).
+    pub(super) fn resolve(&self, root: &Root, path: &str) -> Result<PathBuf, TransferError> {
         let path = match &self.cfg.base {
             Some(base) if !path.starts_with('/') => base.join(path).to_string_lossy().into_owned(),
             _ => path.to_string(),
         };
-        self.cfg.root.resolve(&path).map_err(TransferError::from)
+        root.resolve(&path).map_err(TransferError::from)
     }
 
     /// The sources of a pull, walked. A path naming a directory's
     /// contents keeps its final '/' through resolving, for the walk (P-8).
-    pub(super) fn walk_request(&self, req: &Request) -> Result<Walked, TransferError> {
+    pub(super) fn walk_request(&self, root: &Root, req: &Request) -> Result<Walked, TransferError> {
         let paths = req
             .paths
             .iter()
             .map(|p| {
-                let mut r = self.resolve(p)?;
+                let mut r = self.resolve(root, p)?;
                 if store::names_contents(p.as_bytes()) {
                     r.push("");
                 }
@@ -40,12 +41,12 @@ impl super::Server {
 
     /// The basis a push names (`--basis`), if any: opened now, beneath the
     /// root (P-38), never by name later.
-    pub(super) fn open_basis(&self, basis: &str) -> Result<Basis, TransferError> {
+    pub(super) fn open_basis(&self, root: &Root, basis: &str) -> Result<Basis, TransferError> {
         if basis.is_empty() {
             return Ok(None);
         }
-        let p = self.resolve(basis)?;
-        let f = self.cfg.root.open_file(&p)?;
+        let p = self.resolve(root, basis)?;
+        let f = root.open_file(&p)?;
         Ok(Some((p, Arc::new(f) as Arc<dyn Held>)))
     }
 

@@ -1,0 +1,167 @@
+//! What one key may do (issue 29), from the options written before it in
+//! `authorized_keys`, as sshd reads its own:
+//!
+//!     root=projects/alpha,read-only haul-x25519 HEX alice@lab
+//!
+//! - `root=DIR`: the key sees only DIR, below the served root: every path
+//!   it names, sends, pulls, deletes or takes a basis from is resolved
+//!   there, and nothing through a link leads out;
+//! - `read-only`: it may pull, not push;
+//! - `write-only`: a drop box: it may push, not pull, and nothing it
+//!   does reads what is there (no dedup against existing files, no sync
+//!   comparisons, no `--delete`, no dry runs, no `--basis`);
+//! - `rate=RATE` (bits per second, as `--rate`): the server sends no
+//!   faster, and a push must ask for no more (`--rate`);
+//! - `tunnel-to=HOST:PORT`, repeatable: the only tunnels the key may open,
+//!   and only where the daemon's `--tunnel-to` allows too.
+//!
+//! A key with no options may do what the daemon allows, as before. A key
+//! with any option and no `tunnel-to` opens no tunnels. An option haul does
+//! not know refuses the key, as a typo must not widen what it may do.
+
+use connect::error::TransferError;
+use store::Root;
+use wire::{ErrorCode, Op, Request};
+
+/// What a key's options allow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KeyOptions {
+    pub root: Option<String>,
+    pub read_only: bool,
+    pub write_only: bool,
+    /// Bytes per second.
+    pub rate: Option<u64>,
+    pub tunnel_to: Vec<String>,
+}
+
+impl KeyOptions {
+    /// `opts` as written before a key (comma-separated).
+    pub(crate) fn parse(opts: &str) -> Result<KeyOptions, String> {
+        let mut k = KeyOptions::default();
+        for o in opts.split(',').filter(|o| !o.is_empty()) {
+            match o.split_once('=') {
+                None if o == "read-only" => k.read_only = true,
+                None if o == "write-only" => k.write_only = true,
+                Some(("root", d)) => {
+                    if d.is_empty() || d.split('/').any(|c| c == "..") {
+                        return Err(format!("root={d}: name a directory below the served root"));
+                    }
+                    k.root = Some(d.to_string());
+                }
+                Some(("rate", r)) => {
+                    k.rate = Some(rate::parse_rate(r).filter(|&b| b > 0).ok_or_else(|| {
+                        format!("rate={r}: write it like 500M, 1.5G or 800k (bits per second)")
+                    })?)
+                }
+                Some(("tunnel-to", t)) if t.contains(':') => k.tunnel_to.push(t.to_string()),
+                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT)")),
+            }
+        }
+        if k.read_only && k.write_only {
+            return Err("read-only and write-only together allow nothing".into());
+        }
+        Ok(k)
+    }
+
+    fn restricted(&self) -> bool {
+        *self != KeyOptions::default()
+    }
+
+    /// The root this key sees: `root=` below the served root, which must
+    /// be a directory there (reached through no link that leads out).
+    pub(crate) fn root(&self, served: &Root) -> Result<Root, TransferError> {
+        let Some(sub) = &self.root else {
+            return Ok(served.clone());
+        };
+        let dir = served.resolve(sub)?;
+        if !dir.is_dir() {
+            return Err(TransferError::new(
+                ErrorCode::Permission,
+                format!(
+                    "this key's root, {sub}, is not a directory on the server; ask its operator"
+                ),
+            ));
+        }
+        Ok(Root::new(&dir)?)
+    }
+
+    /// The request as this key may make it: refused where it asks what
+    /// the key may not do, narrowed where the server decides (the rate it
+    /// sends at, a drop box's reads of what is there).
+    pub(crate) fn allow(&self, mut req: Request) -> Result<Request, TransferError> {
+        let deny = |why: String| Err(TransferError::new(ErrorCode::Permission, why));
+        match req.op {
+            Op::Push if self.read_only => {
+                return deny("this key is read-only on this server: it may pull, not push".into())
+            }
+            Op::Pull if self.write_only => return deny(
+                "this key is write-only on this server (a drop box): it may push, not pull or list"
+                    .into(),
+            ),
+            Op::Tunnel if self.restricted() && self.tunnel_to.is_empty() => {
+                return deny(
+                    "this key may open no tunnels on this server (no tunnel-to= in its options)"
+                        .into(),
+                )
+            }
+            Op::Tunnel if self.restricted() && !self.tunnel_to.contains(&req.paths[0]) => {
+                return deny(format!(
+                    "this key may tunnel only to {}, not to {}",
+                    self.tunnel_to.join(", "),
+                    req.paths[0]
+                ))
+            }
+            _ => {}
+        }
+        if self.write_only {
+            let s = &req.sync;
+            if s.update || s.checksum || s.delete || s.dry_run || !req.basis.is_empty() {
+                return deny("this key is write-only on this server (a drop box): what is there is not compared, listed or deleted, so sync, --delete, --dry-run and --basis are refused; use haul cp".into());
+            }
+            // Nothing of what is there is read: no chunks of it offered.
+            req.sync.dedup = false;
+        }
+        if let Some(cap) = self.rate {
+            match req.op {
+                Op::Push if req.rate == 0 || req.rate > cap => {
+                    return deny(format!(
+                        "this key may send at most {} Mbit/s to this server: add --rate {}M",
+                        cap * 8 / 1_000_000,
+                        cap * 8 / 1_000_000
+                    ))
+                }
+                Op::Pull | Op::Probe { .. } | Op::Tunnel if req.rate == 0 || req.rate > cap => {
+                    req.rate = cap
+                }
+                _ => {}
+            }
+        }
+        Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_and_a_typo_is_refused() {
+        let k =
+            KeyOptions::parse("root=projects/alpha,read-only,rate=500M,tunnel-to=db:5432").unwrap();
+        assert_eq!(k.root.as_deref(), Some("projects/alpha"));
+        assert!(k.read_only && !k.write_only);
+        assert_eq!(k.rate, Some(62_500_000));
+        assert_eq!(k.tunnel_to, ["db:5432"]);
+        assert_eq!(KeyOptions::parse("").unwrap(), KeyOptions::default());
+        for bad in [
+            "readonly",
+            "root=../x",
+            "root=",
+            "rate=fast",
+            "read-only,write-only",
+            "tunnel-to=db",
+        ] {
+            assert!(KeyOptions::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
