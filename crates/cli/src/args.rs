@@ -530,6 +530,12 @@ pub enum TransportArg {
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// Serve Prometheus metrics (/metrics) and a live status page (/) on
+    /// ADDR:PORT, e.g. 127.0.0.1:9750: sessions by key and outcome, bytes,
+    /// wire bytes, savings, retransmissions, errors by exit code, and the
+    /// transfers running. Bind it where only operators reach it.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// How the daemon logs each finished session: a line of text, or one
     /// JSON object a line (who, what, bytes, wire bytes, seconds, outcome)
     /// for a log collector.

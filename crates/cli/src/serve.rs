@@ -183,6 +183,7 @@ pub fn run(a: ServeArgs) -> i32 {
         );
     }
     let cfg = ServerConfig {
+        metrics: a.metrics,
         transfer_log: match a.log_format {
             crate::args::LogFormat::Text => endpoint::TransferLog::Text,
             crate::args::LogFormat::Json => endpoint::TransferLog::Json,
@@ -208,12 +209,15 @@ pub fn run(a: ServeArgs) -> i32 {
     }
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;
-    let res = endpoint::serve(cfg, |addr| {
+    let res = endpoint::serve(cfg, |addr, page| {
         eprintln!(
             "haul serve: listening on {addr}, root {shown_root}, server key {fingerprint}, congestion control {}{}",
             tuning.cc.as_deref().unwrap_or("system default"),
             if require_encryption { ", encryption required" } else { "" }
         );
+        if let Some(p) = page {
+            eprintln!("haul serve: metrics on http://{p}/metrics, status page on http://{p}/");
+        }
     });
     match res {
         Ok(()) => 0,

@@ -30,8 +30,11 @@ use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 mod access;
 pub mod bucket;
 mod files;
+mod gather;
+use gather::gather;
 mod guards;
 mod memory;
+mod metrics;
 mod record;
 use guards::{Greeting, SessionGuard};
 use memory::{MemoryPool, Reserved};
@@ -46,8 +49,6 @@ pub use limits::{
 
 /// How long the server waits for the client's hello and choice of transport.
 const UDP_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-
-const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which client keys a server lets in.
 #[derive(Debug, Clone)]
@@ -96,6 +97,8 @@ pub struct ServerConfig {
     /// Each finished session's line on stderr (issue 29): a daemon's log.
     /// Off for a server started over ssh, whose stderr is the client's.
     pub transfer_log: TransferLog,
+    /// `--metrics ADDR:PORT`: Prometheus metrics and the status page.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// How a daemon logs each finished session.
@@ -126,6 +129,8 @@ struct Server {
     /// The session keyed in the ssh greetings, until its control
     /// connection joins (P-27).
     prekeyed: keyed::PrekeyedSlot,
+    /// Sessions running and finished, for `--metrics`.
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// Most connections in their greeting at once. Each holds a thread for at
@@ -136,15 +141,31 @@ struct Server {
 pub const MAX_GREETING: usize = 512;
 
 /// Binds and serves forever. `ready` is called with the bound address.
-pub fn serve(cfg: ServerConfig, ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+/// With `--metrics`, `ready` is told the metrics address too.
+pub fn serve(
+    cfg: ServerConfig,
+    ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
+) -> std::io::Result<()> {
     let listener: TcpListener = net::listen(&cfg.listen, &cfg.tuning)?;
-    ready(listener.local_addr()?);
-    serve_on(listener, cfg);
+    let page =
+        match cfg.metrics {
+            Some(a) => Some(metrics::bind(a).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("the metrics address {a}: {e}"))
+            })?),
+            None => None,
+        };
+    let page_addr = page.as_ref().map(|l| l.local_addr()).transpose()?;
+    ready(listener.local_addr()?, page_addr);
+    serve_with(listener, cfg, page);
     Ok(())
 }
 
 /// Serves the connections of a bound listener, forever.
-pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
+pub fn serve_on(listener: TcpListener, cfg: ServerConfig) {
+    serve_with(listener, cfg, None)
+}
+
+fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpListener>) {
     share_one_arena();
     let memory = cfg.memory;
     let prekeyed = keyed::PrekeyedSlot::new(cfg.prekeyed.take());
@@ -160,7 +181,11 @@ pub fn serve_on(listener: TcpListener, mut cfg: ServerConfig) {
         key_warnings: std::sync::Mutex::new(Vec::new()),
         greeting: Arc::new(AtomicUsize::new(0)),
         prekeyed,
+        metrics: Arc::new(metrics::Metrics::new()),
     });
+    if let Some(l) = page {
+        metrics::serve_http(l, server.metrics.clone());
+    }
     let mut last_notice: Option<Instant> = None;
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
@@ -303,13 +328,15 @@ impl Server {
             }
             ConnKind::Control | ConnKind::Keyed => {
                 let started = Instant::now();
-                let rec = record::Record::new(peer.clone());
+                let rec = Arc::new(record::Record::new(peer.clone()));
+                let id = self.metrics.begin(rec.clone());
                 let run = if pre.kind == ConnKind::Keyed {
                     self.keyed_session(stream, &pre, greeting, &rec)
                 } else {
                     self.session(stream, &pre, greeting, &rec)
                 };
                 // One line per session that asked for something (issue 29).
+                self.metrics.end(id, &run, started.elapsed());
                 let json = self.cfg.transfer_log == TransferLog::Json;
                 match rec.line(&run, started.elapsed(), json) {
                     Some(line) if self.cfg.transfer_log != TransferLog::Off => {
@@ -894,43 +921,6 @@ fn send_window(req: &Request) -> u64 {
     } else {
         SEND_WINDOW
     }
-}
-
-/// Waits for the session's data connections, already joined, one per
-/// stream index. A second join of an index, a replay of a genuine
-/// connection, ends the session (P-39).
-fn gather(rx: &mpsc::Receiver<Joined>, streams: u16) -> Result<Vec<DataConn>, TransferError> {
-    let deadline = Instant::now() + JOIN_TIMEOUT;
-    let mut slots: Vec<Option<DataConn>> = (0..streams).map(|_| None).collect();
-    let mut got = 0;
-    while got < streams {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let joined = rx.recv_timeout(left).map_err(|_| {
-            TransferError::new(
-                ErrorCode::ConnectionLost,
-                format!("only {got} of {streams} data connections joined within {}s (a firewall between the hosts?)", JOIN_TIMEOUT.as_secs()),
-            )
-        })?;
-        let (index, conn) = match joined {
-            Joined::Conn(index, conn) => (index, *conn),
-            Joined::Again(index) => return Err(joined_twice(index)),
-        };
-        // Indices were checked against the count before the join (P-39).
-        let slot = index.checked_sub(1).and_then(|i| slots.get_mut(i as usize));
-        let Some(slot) = slot.filter(|s| s.is_none()) else {
-            return Err(joined_twice(index));
-        };
-        *slot = Some(conn);
-        got += 1;
-    }
-    Ok(slots.into_iter().flatten().collect())
-}
-
-fn joined_twice(index: u16) -> TransferError {
-    TransferError::new(
-        ErrorCode::Integrity,
-        format!("data stream {index} joined twice: a copy of a genuine connection (replayed by someone on the path?); the session is ended, run the command again"),
-    )
 }
 
 /// Ends a refused control connection with a FIN rather than a reset: the

@@ -177,6 +177,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
     };
     let cfg = ServerConfig {
         transfer_log: endpoint::TransferLog::Off,
+        metrics: None,
         root,
         base,
         key,

@@ -5,7 +5,7 @@
 //! line with `--log-format json`, for a log collector.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use connect::error::TransferError;
 use connect::progress::Progress;
@@ -24,9 +24,9 @@ struct Seen {
 }
 
 /// Filled in as a session goes, logged once when it ends.
-#[derive(Default)]
 pub(crate) struct Record {
     peer: String,
+    started: Instant,
     seen: Mutex<Seen>,
 }
 
@@ -34,8 +34,34 @@ impl Record {
     pub(crate) fn new(peer: String) -> Record {
         Record {
             peer,
+            started: Instant::now(),
             seen: Mutex::default(),
         }
+    }
+
+    /// While it runs, for the status page: who, what, how far, how fast.
+    /// `None` before its request.
+    pub(crate) fn live(&self) -> Option<serde_json::Value> {
+        let s = self.seen();
+        let op = s.op?;
+        let p = s.progress.as_ref()?;
+        let secs = self.started.elapsed().as_secs_f64();
+        // The file bytes verified so far; a receiving daemon counts them
+        // as they are placed, a sending one as they are acknowledged.
+        let done = Progress::get(&p.done_bytes);
+        let wire = Progress::get(&p.wire_tx) + Progress::get(&p.wire_rx);
+        let moved = if done > 0 { done } else { wire };
+        Some(json!({
+            "who": s.comment.clone().unwrap_or_else(|| "-".into()),
+            "key": s.key.clone().unwrap_or_default(),
+            "peer": self.peer,
+            "op": op,
+            "paths": s.paths,
+            "done": moved,
+            "total": Progress::get(&p.total_bytes),
+            "rate": if secs > 0.0 { moved as f64 / secs } else { 0.0 },
+            "seconds": secs,
+        }))
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -67,15 +93,14 @@ impl Record {
         self.seen().moved = Some((files, bytes));
     }
 
-    /// The line: JSON with `json`, text otherwise. `None` for a
-    /// connection that never got as far as a request (a port scan, a
-    /// refused key: those are logged where they fail).
-    pub(crate) fn line(
+    /// The finished session as one JSON object: `None` for a connection
+    /// that never got as far as a request (a port scan, a refused key:
+    /// those are logged where they fail).
+    pub(crate) fn event(
         &self,
         outcome: &Result<String, TransferError>,
         took: Duration,
-        json: bool,
-    ) -> Option<String> {
+    ) -> Option<serde_json::Value> {
         let s = self.seen();
         let op = s.op?;
         let get = |f: fn(&Progress) -> &std::sync::atomic::AtomicU64| {
@@ -84,42 +109,62 @@ impl Record {
         let (files, bytes) = s
             .moved
             .unwrap_or_else(|| (get(|p| &p.done_files), get(|p| &p.done_bytes)));
-        let wire = get(|p| &p.wire_tx) + get(|p| &p.wire_rx);
-        let who = s.comment.clone().unwrap_or_else(|| "-".into());
-        let key = s.key.clone().unwrap_or_default();
+        let saved = get(|p| &p.dedup_bytes)
+            + get(|p| &p.zero_bytes)
+            + get(|p| &p.compressed_in).saturating_sub(get(|p| &p.compressed_out));
         let (ok, code, message) = match outcome {
             Ok(_) => (true, 0, String::new()),
             Err(e) => (false, e.code as u8, e.message.clone()),
         };
+        Some(json!({
+            "event": "transfer",
+            "who": s.comment.clone().unwrap_or_else(|| "-".into()),
+            "key": s.key.clone().unwrap_or_default(),
+            "peer": self.peer,
+            "op": op,
+            "paths": s.paths,
+            "files": files,
+            "bytes": bytes,
+            "wire_bytes": get(|p| &p.wire_tx) + get(|p| &p.wire_rx),
+            "saved_bytes": saved,
+            "retransmitted": get(|p| &p.retransmitted),
+            "seconds": (took.as_secs_f64() * 1000.0).round() / 1000.0,
+            "ok": ok,
+            "code": code,
+            "error": message,
+        }))
+    }
+
+    /// The log line: the event as JSON with `json`, as text otherwise.
+    pub(crate) fn line(
+        &self,
+        outcome: &Result<String, TransferError>,
+        took: Duration,
+        json: bool,
+    ) -> Option<String> {
+        let e = self.event(outcome, took)?;
         if json {
-            return Some(
-                json!({
-                    "event": "transfer",
-                    "who": who,
-                    "key": key,
-                    "peer": self.peer,
-                    "op": op,
-                    "paths": s.paths,
-                    "files": files,
-                    "bytes": bytes,
-                    "wire_bytes": wire,
-                    "seconds": (took.as_secs_f64() * 1000.0).round() / 1000.0,
-                    "ok": ok,
-                    "code": code,
-                    "error": message,
-                })
-                .to_string(),
-            );
+            return Some(e.to_string());
         }
-        let outcome = if ok {
+        let outcome = if e["ok"] == true {
             "ok".to_string()
         } else {
-            format!("failed (exit {code}): {message}")
+            format!(
+                "failed (exit {}): {}",
+                e["code"],
+                e["error"].as_str().unwrap_or("")
+            )
         };
         Some(format!(
-            "transfer: {who} ({key}) from {} {op} {:?}: {files} files, {bytes} bytes, {wire} on the wire, {:.2} s, {outcome}",
+            "transfer: {} ({}) from {} {} {}: {} files, {} bytes, {} on the wire, {:.2} s, {outcome}",
+            e["who"].as_str().unwrap_or("-"),
+            e["key"].as_str().unwrap_or(""),
             self.peer,
-            s.paths,
+            e["op"].as_str().unwrap_or(""),
+            e["paths"],
+            e["files"],
+            e["bytes"],
+            e["wire_bytes"],
             took.as_secs_f64()
         ))
     }

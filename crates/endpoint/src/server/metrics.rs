@@ -1,0 +1,301 @@
+//! What an operator watches (issue 29): `haul serve --metrics ADDR:PORT`
+//! serves Prometheus text metrics at `/metrics`, and a small live status
+//! page at `/` (the transfers running, with rate, progress and peer, and
+//! the last ones finished), which polls `/status.json` every second.
+//! Sessions report here as they start and end; the HTTP side only reads.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use connect::error::TransferError;
+use serde_json::{json, Value};
+
+use super::record::Record;
+
+/// Finished sessions the page lists.
+const LAST: usize = 20;
+/// Scrapes and page loads served at once; more wait for the listener.
+const MAX_CLIENTS: usize = 16;
+
+const PAGE: &str = include_str!("status.html");
+
+#[derive(Default)]
+struct Totals {
+    /// (who, outcome) → sessions.
+    sessions: BTreeMap<(String, &'static str), u64>,
+    /// Exit code → failed sessions.
+    errors: BTreeMap<u8, u64>,
+    /// (who, direction) → file bytes.
+    bytes: BTreeMap<(String, &'static str), u64>,
+    wire: u64,
+    saved: u64,
+    retransmitted: u64,
+}
+
+/// The daemon's sessions, running and finished.
+pub(crate) struct Metrics {
+    started: Instant,
+    next: AtomicU64,
+    live: Mutex<HashMap<u64, Arc<Record>>>,
+    finished: Mutex<VecDeque<Value>>,
+    totals: Mutex<Totals>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A label value as Prometheus' text format writes it.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        Metrics {
+            started: Instant::now(),
+            next: AtomicU64::new(0),
+            live: Mutex::default(),
+            finished: Mutex::default(),
+            totals: Mutex::default(),
+        }
+    }
+
+    /// A session starts; its id for [`Metrics::end`].
+    pub(crate) fn begin(&self, rec: Arc<Record>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.live).insert(id, rec);
+        id
+    }
+
+    /// A session ended: counted, and listed among the last finished.
+    pub(crate) fn end(&self, id: u64, outcome: &Result<String, TransferError>, took: Duration) {
+        let Some(rec) = lock(&self.live).remove(&id) else {
+            return;
+        };
+        let Some(e) = rec.event(outcome, took) else {
+            return;
+        };
+        {
+            let mut t = lock(&self.totals);
+            let who = e["who"].as_str().unwrap_or("-").to_string();
+            let ok = e["ok"] == true;
+            *t.sessions
+                .entry((who.clone(), if ok { "ok" } else { "failed" }))
+                .or_default() += 1;
+            if !ok {
+                *t.errors
+                    .entry(e["code"].as_u64().unwrap_or(1) as u8)
+                    .or_default() += 1;
+            }
+            let direction = match e["op"].as_str() {
+                Some("push") => "in",
+                _ => "out",
+            };
+            *t.bytes.entry((who, direction)).or_default() += e["bytes"].as_u64().unwrap_or(0);
+            t.wire += e["wire_bytes"].as_u64().unwrap_or(0);
+            t.saved += e["saved_bytes"].as_u64().unwrap_or(0);
+            t.retransmitted += e["retransmitted"].as_u64().unwrap_or(0);
+        }
+        let mut f = lock(&self.finished);
+        if f.len() == LAST {
+            f.pop_back();
+        }
+        f.push_front(e);
+    }
+
+    fn running(&self) -> Vec<Value> {
+        let live: Vec<Arc<Record>> = lock(&self.live).values().cloned().collect();
+        live.iter().filter_map(|r| r.live()).collect()
+    }
+
+    /// Prometheus' text format (version 0.0.4).
+    pub(crate) fn prometheus(&self) -> String {
+        let running = self.running();
+        let t = lock(&self.totals);
+        let mut o = String::new();
+        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        head(
+            &mut o,
+            "haul_sessions_active",
+            "gauge",
+            "Sessions running now.",
+        );
+        let _ = writeln!(o, "haul_sessions_active {}", running.len());
+        head(
+            &mut o,
+            "haul_sessions_total",
+            "counter",
+            "Finished sessions, by key comment and outcome.",
+        );
+        for ((who, outcome), n) in &t.sessions {
+            let _ = writeln!(
+                o,
+                "haul_sessions_total{{who=\"{}\",outcome=\"{outcome}\"}} {n}",
+                label(who)
+            );
+        }
+        head(
+            &mut o,
+            "haul_errors_total",
+            "counter",
+            "Failed sessions, by exit code.",
+        );
+        for (code, n) in &t.errors {
+            let _ = writeln!(o, "haul_errors_total{{code=\"{code}\"}} {n}");
+        }
+        head(
+            &mut o,
+            "haul_file_bytes_total",
+            "counter",
+            "Verified file bytes moved, by key comment and direction (in: pushed to this daemon).",
+        );
+        for ((who, dir), n) in &t.bytes {
+            let _ = writeln!(
+                o,
+                "haul_file_bytes_total{{who=\"{}\",direction=\"{dir}\"}} {n}",
+                label(who)
+            );
+        }
+        head(
+            &mut o,
+            "haul_wire_bytes_total",
+            "counter",
+            "Bytes on the wire, both ways, of finished sessions.",
+        );
+        let _ = writeln!(o, "haul_wire_bytes_total {}", t.wire);
+        head(
+            &mut o,
+            "haul_saved_bytes_total",
+            "counter",
+            "File bytes not sent: zero blocks, compression and deduplication.",
+        );
+        let _ = writeln!(o, "haul_saved_bytes_total {}", t.saved);
+        head(
+            &mut o,
+            "haul_retransmitted_blocks_total",
+            "counter",
+            "Blocks sent again.",
+        );
+        let _ = writeln!(o, "haul_retransmitted_blocks_total {}", t.retransmitted);
+        head(
+            &mut o,
+            "haul_goodput_bits_per_second",
+            "gauge",
+            "Goodput of the sessions running now, together.",
+        );
+        let rate: f64 = running
+            .iter()
+            .map(|r| r["rate"].as_f64().unwrap_or(0.0))
+            .sum();
+        let _ = writeln!(o, "haul_goodput_bits_per_second {}", (rate * 8.0).round());
+        head(
+            &mut o,
+            "haul_uptime_seconds",
+            "gauge",
+            "Seconds since the daemon started.",
+        );
+        let _ = writeln!(
+            o,
+            "haul_uptime_seconds {}",
+            self.started.elapsed().as_secs()
+        );
+        o
+    }
+
+    /// What the status page shows.
+    pub(crate) fn status(&self) -> Value {
+        let running = self.running();
+        let t = lock(&self.totals);
+        let sum = |dir: &str| -> u64 {
+            t.bytes
+                .iter()
+                .filter(|((_, d), _)| *d == dir)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        json!({
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "running": running,
+            "finished": *lock(&self.finished),
+            "sessions_total": t.sessions.values().sum::<u64>(),
+            "sessions_failed": t.errors.values().sum::<u64>(),
+            "bytes_in": sum("in"),
+            "bytes_out": sum("out"),
+        })
+    }
+}
+
+/// Serves `/metrics`, `/status.json` and `/` on `listener`, on threads of
+/// its own, until the process ends.
+pub(crate) fn serve_http(listener: TcpListener, metrics: Arc<Metrics>) {
+    let busy = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                busy.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            let (m, busy) = (metrics.clone(), busy.clone());
+            std::thread::spawn(move || {
+                let _ = answer(conn, &m);
+                busy.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    });
+}
+
+/// One request, one answer, then the connection closes. Only the request
+/// line is read (at most 8 KiB, within 5 s): nothing a client sends is
+/// kept.
+fn answer(mut conn: TcpStream, m: &Metrics) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = vec![0u8; 8192];
+    let mut got = 0;
+    while got < buf.len() && !buf[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = conn.read(&mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    let head = String::from_utf8_lossy(&buf[..got]);
+    let mut words = head.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, kind, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            m.prometheus(),
+        ),
+        ("GET", "/status.json") => ("200 OK", "application/json", m.status().to_string()),
+        ("GET", "/") => ("200 OK", "text/html; charset=utf-8", PAGE.to_string()),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain",
+            "not found: try /, /metrics or /status.json\n".into(),
+        ),
+        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(reply.as_bytes())
+}
+
+/// Binds `addr` for the metrics and the status page.
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+}
