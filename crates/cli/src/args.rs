@@ -493,6 +493,12 @@ pub struct ConnectArgs {
         default_value = "haul"
     )]
     pub remote_haul: String,
+    /// Where the remote host has no haul of this protocol, copy this one
+    /// over the ssh channel to its cache (~/.cache/haul/bin), check its
+    /// SHA-256 there and run it, without asking first (a terminal is asked;
+    /// same system and architecture only).
+    #[arg(long)]
+    pub push_haul: bool,
     /// Ports the ssh-started remote side binds its data sockets in (TCP
     /// and UDP), for a firewall that opens a range: 7060-7069.
     #[arg(long, value_name = "LO-HI", value_parser = parse_ports)]

@@ -166,6 +166,11 @@ impl Reach {
                     ))
                 })?,
                 remote_haul: a.remote_haul.clone(),
+                push_haul: if a.push_haul {
+                    ssh::PushHaul::Always
+                } else {
+                    ssh::PushHaul::Ask
+                },
                 user: self.peer.user.clone(),
                 host: self.peer.host.clone(),
                 remote_ports: a.remote_ports,

@@ -428,3 +428,49 @@ fn tunnel_over_ssh_directly_and_through_the_channel() {
         assert!(got == data, "the echo through the tunnel {extra:?} differs");
     }
 }
+
+#[test]
+fn a_host_without_haul_gets_this_one_copied_over_ssh() {
+    if !sshd_available("the remote-install test") {
+        return;
+    }
+    let env = Env::new();
+    let sshd = Sshd::start(env.dir.path());
+    let src = env.local.join("f.bin");
+    write_file(&src, &random_bytes(400_000, 8));
+    let rsh = sshd.rsh();
+    // The login runs `haul`, which is on no PATH there.
+    let dest = remote(&env.root.join("f.bin"));
+    let args = |more: &[&'static str]| {
+        let mut a = vec!["-e", rsh.as_str()];
+        a.extend_from_slice(more);
+        a.extend([src.to_str().unwrap(), dest.as_str()]);
+        a
+    };
+    // No terminal to ask on: refused, saying how.
+    let t = fails(&env.cp(&args(&[])), 13);
+    assert!(t.contains("--push-haul"), "{t}");
+    assert!(!env.root.join("f.bin").exists());
+    // With --push-haul: copied, checked, run.
+    let t0 = std::time::Instant::now();
+    let said = ok(&env.cp(&args(&["--push-haul"])));
+    let first = t0.elapsed();
+    assert!(said.contains("copied this haul"), "{said}");
+    assert!(fs::read(env.root.join("f.bin")).unwrap() == fs::read(&src).unwrap());
+    let cached: Vec<_> = fs::read_dir(sshd.login_cache().join("haul/bin"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    assert!(cached[0].starts_with("haul-"), "{cached:?}");
+    // Again: the copy there is used as it is.
+    fs::remove_file(env.root.join("f.bin")).unwrap();
+    let t1 = std::time::Instant::now();
+    let said = ok(&env.cp(&args(&["--push-haul"])));
+    println!(
+        "remote install: first run {first:?}, with the copy cached {:?}",
+        t1.elapsed()
+    );
+    assert!(!said.contains("copied this haul"), "{said}");
+    assert!(env.root.join("f.bin").is_file());
+}

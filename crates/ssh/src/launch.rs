@@ -35,6 +35,18 @@ pub struct SshSpec {
     /// More options for the remote `serve --stdio`, already quoted for
     /// its shell (`--cache DIR`).
     pub remote_extra: String,
+    /// Whether to copy this haul to a host that lacks it (`--push-haul`).
+    pub push_haul: PushHaul,
+}
+
+/// Whether to copy haul to a remote host that lacks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PushHaul {
+    /// Ask on the terminal; without one, say how (`--push-haul`).
+    #[default]
+    Ask,
+    /// `--push-haul`: without asking.
+    Always,
 }
 
 /// Lines of other output (a login banner, a chatty shell profile) skipped
@@ -92,6 +104,15 @@ impl SshSpec {
     }
 
     fn command(&self) -> Result<Command, TransferError> {
+        let mut c = self.command_for(&self.remote_command())?;
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        Ok(c)
+    }
+
+    /// ssh to the host, running `remote` there.
+    pub(crate) fn command_for(&self, remote: &str) -> Result<Command, TransferError> {
         let (program, opts) = self.rsh.split_first().ok_or_else(|| {
             TransferError::new(ErrorCode::BadRequest, "the ssh command (-e) is empty")
         })?;
@@ -109,10 +130,7 @@ impl SshSpec {
         if let Some(u) = &self.user {
             c.arg("-l").arg(u);
         }
-        c.arg(&self.host).arg(self.remote_command());
-        c.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        c.arg(&self.host).arg(remote);
         Ok(c)
     }
 }
@@ -410,6 +428,7 @@ mod tests {
     #[test]
     fn hosts_that_look_like_options_are_refused() {
         let spec = SshSpec {
+            push_haul: PushHaul::Ask,
             rsh: vec!["ssh".into()],
             remote_haul: "haul".into(),
             user: None,

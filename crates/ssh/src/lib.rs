@@ -13,6 +13,7 @@
 //! client and server of `endpoint` run the session as they do with a
 //! daemon.
 
+pub mod install;
 pub mod launch;
 pub mod relay;
 pub mod release;
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use secure::Keypair;
 
-pub use launch::{SshLink, SshSpec};
+pub use launch::{PushHaul, SshLink, SshSpec};
 pub use release::RELEASE;
 pub use remote::{serve_stdio, StdioOptions};
 
@@ -83,7 +84,17 @@ pub fn connect(
 ) -> Result<(Connected, SshLink), TransferError> {
     let started = Instant::now();
     let identity = Keypair::generate();
-    let mut link = SshLink::start(spec, &identity.public)?;
+    let mut link = match SshLink::start(spec, &identity.public) {
+        // No haul of this protocol there: this one, copied over (issue 29).
+        Err(e) if install::missing(&e) => {
+            let pushed = SshSpec {
+                remote_haul: install::push(spec, spec.push_haul, &e)?,
+                ..spec.clone()
+            };
+            SshLink::start(&pushed, &identity.public)?
+        }
+        r => r?,
+    };
     tracing::info!(
         "remote haul {} answered over ssh in {:.2}s; its port {}",
         link.remote_release,

@@ -23,6 +23,15 @@ pub struct Sshd {
     pub known_hosts: PathBuf,
 }
 
+impl Sshd {
+    /// The login's cache (`XDG_CACHE_HOME` in its sessions, set by the
+    /// server's config), in the test's directory: where `--push-haul`
+    /// copies haul.
+    pub fn login_cache(&self) -> PathBuf {
+        self.dir.join("remote-cache")
+    }
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -113,9 +122,10 @@ impl Sshd {
                 "Port {port}\nListenAddress {ip}\nHostKey {}\nAuthorizedKeysFile {}\n\
                  PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
                  StrictModes no\nPermitRootLogin prohibit-password\nPidFile none\n\
-                 LogLevel INFO\n",
+                 LogLevel INFO\nSetEnv XDG_CACHE_HOME={}\n",
                 host_key.display(),
-                dir.join("authorized_keys").display()
+                dir.join("authorized_keys").display(),
+                dir.join("remote-cache").display()
             ),
         )
         .unwrap();
