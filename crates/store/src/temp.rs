@@ -54,7 +54,11 @@ fn reserve(file: &File, size: u64) -> std::io::Result<()> {
     // only into the zeroed struct we pass.
     unsafe {
         let mut fs: libc::statfs = std::mem::zeroed();
-        if libc::fstatfs(file.as_raw_fd(), &mut fs) == 0 && fs.f_type == libc::TMPFS_MAGIC {
+        let statted = libc::fstatfs(file.as_raw_fd(), &mut fs) == 0;
+        // f_type and the magic are i64 under glibc, u64 and i64 under musl.
+        #[allow(clippy::unnecessary_cast)]
+        let tmpfs = fs.f_type as i64 == libc::TMPFS_MAGIC as i64;
+        if statted && tmpfs {
             let free = (fs.f_bavail as u64).saturating_mul(fs.f_bsize as u64);
             // A resumed partial already holds some of its pages.
             let held = file.metadata().map_or(0, |m| m.blocks() * 512);

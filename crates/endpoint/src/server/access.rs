@@ -1,7 +1,9 @@
 //! What one key may do (issue 29), from the options written before it in
 //! `authorized_keys`, as sshd reads its own:
 //!
-//!     root=projects/alpha,read-only haul-x25519 HEX alice@lab
+//! ```text
+//! root=projects/alpha,read-only haul-x25519 HEX alice@lab
+//! ```
 //!
 //! - `root=DIR`: the key sees only DIR, below the served root: every path
 //!   it names, sends, pulls, deletes or takes a basis from is resolved
