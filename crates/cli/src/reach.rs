@@ -165,7 +165,10 @@ impl Reach {
                         a.rsh
                     ))
                 })?,
-                remote_haul: a.remote_haul.clone(),
+                remote_haul: match (a.push_haul, a.remote_haul.as_str()) {
+                    (true, "haul") => ssh::install::cached_or("haul"),
+                    _ => a.remote_haul.clone(),
+                },
                 push_haul: if a.push_haul {
                     ssh::PushHaul::Always
                 } else {

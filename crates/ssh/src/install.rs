@@ -23,6 +23,17 @@ pub fn remote_path() -> String {
     format!("{CACHE}/haul-{RELEASE}-p{PROTOCOL_VERSION}")
 }
 
+/// With `--push-haul`, how the remote shell runs haul: the copy pushed
+/// before if it is there (it was checked when it was put there, in the
+/// login's own cache), else `haul` from the PATH; so a later run needs
+/// one ssh start, not three.
+pub fn cached_or(default: &str) -> String {
+    format!(
+        "\"$(f=\"{}\"; [ -x \"$f\" ] && echo \"$f\" || echo {default})\"",
+        remote_path()
+    )
+}
+
 /// Whether a failed start means the remote host has no haul of this
 /// protocol: none on its PATH, or one that speaks another protocol.
 pub fn missing(e: &TransferError) -> bool {
