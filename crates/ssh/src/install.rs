@@ -41,6 +41,12 @@ pub fn missing(e: &TransferError) -> bool {
         || (e.code == ErrorCode::Protocol && e.message.contains("Install the same release"))
 }
 
+/// Whether to offer the copy: with `--push-haul`, or where the remote
+/// haul was left to the PATH (not named with `--remote-haul`).
+pub fn may_offer(spec: &SshSpec) -> bool {
+    spec.push_haul == PushHaul::Always || spec.remote_haul == "haul"
+}
+
 /// `uname -sm` as this program was built for.
 fn local_system() -> String {
     let os = match std::env::consts::OS {
@@ -77,7 +83,7 @@ pub fn push(spec: &SshSpec, how: PushHaul, why: &TransferError) -> Result<String
     let system = lines.next().unwrap_or("").trim().to_string();
     if system != local_system() {
         return Err(TransferError::new(
-            ErrorCode::Ssh,
+            why.code,
             format!(
                 "{}; this haul cannot be copied there: it is built for {} and {} is {system:?}. Install haul there, or name it with --remote-haul PATH",
                 why.message,
@@ -92,7 +98,7 @@ pub fn push(spec: &SshSpec, how: PushHaul, why: &TransferError) -> Result<String
     }
     if how == PushHaul::Ask && !ask(spec, exe.len(), why)? {
         return Err(TransferError::new(
-            ErrorCode::Ssh,
+            why.code,
             format!(
                 "{}; or let haul copy itself there: --push-haul (to {path})",
                 why.message

@@ -86,7 +86,9 @@ pub fn connect(
     let identity = Keypair::generate();
     let mut link = match SshLink::start(spec, &identity.public) {
         // No haul of this protocol there: this one, copied over (issue 29).
-        Err(e) if install::missing(&e) => {
+        // Only where haul was left to the PATH or may be pushed: a haul
+        // the user named with --remote-haul keeps its own error.
+        Err(e) if install::missing(&e) && install::may_offer(spec) => {
             let pushed = SshSpec {
                 remote_haul: install::push(spec, spec.push_haul, &e)?,
                 ..spec.clone()
