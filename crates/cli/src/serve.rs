@@ -36,7 +36,7 @@ fn stdio(a: ServeArgs) -> i32 {
     };
     let (root, buckets) = match served(&a) {
         Ok(Served::Bucket(b, empty)) => (Some(empty), Some(b)),
-        Ok(Served::Files) => match a.root.as_deref().map(Root::new).transpose() {
+        Ok(Served::Files) => match a.root.as_deref().map(Root::served).transpose() {
             // Without a root, `s3://` paths reach what this login's
             // credentials do, as its files are the login's own.
             Ok(None) => (None, Some(Arc::new(Buckets::Named(a.s3.options())))),
@@ -121,7 +121,7 @@ pub fn run(a: ServeArgs) -> i32 {
     let (root, buckets) = match served(&a) {
         Ok(Served::Bucket(b, empty)) => (empty, Some(b)),
         Ok(Served::Files) => {
-            match Root::new(a.root.as_deref().unwrap_or(std::path::Path::new("."))) {
+            match Root::served(a.root.as_deref().unwrap_or(std::path::Path::new("."))) {
                 Ok(r) => (r, None),
                 Err(e) => return fail(exit::code(e.code()), e.message),
             }
@@ -203,10 +203,8 @@ pub fn run(a: ServeArgs) -> i32 {
         memory: a.memory,
         prekeyed: None,
         buckets,
+        reload: Some(std::sync::Mutex::new(reload_on_hangup())),
     };
-    if let ClientKeys::File(path) = &cfg.client_keys {
-        reload_on_hangup(path.clone());
-    }
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;
     let res = endpoint::serve(cfg, |addr, page| {
@@ -253,7 +251,7 @@ fn served(a: &ServeArgs) -> Result<Served, TransferError> {
     let empty = home::dir().join("s3-root");
     std::fs::create_dir_all(&empty)
         .map_err(|e| TransferError::from(store::StoreError::io("create", &empty, &e)))?;
-    let empty = Root::new(&empty)?;
+    let empty = Root::served(&empty)?;
     Ok(Served::Bucket(
         Arc::new(Buckets::Root { store, root: url }),
         empty,
@@ -286,35 +284,22 @@ extern "C" fn on_hangup(_: libc::c_int) {
     HANGUP.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// SIGHUP, as sshd takes it (a service manager's `reload`): the authorized
-/// keys are read again and what they hold is logged, and the daemon goes
-/// on. Every new session reads the file as it starts anyway, so a key
-/// added or removed applies to the next session, and running transfers
-/// are never dropped.
-fn reload_on_hangup(path: std::path::PathBuf) {
+/// SIGHUP, as sshd takes it (a service manager's `reload`): each one asks
+/// the server to read the authorized keys again, log what they hold, and
+/// end at once the running sessions of keys that were removed or whose
+/// options narrowed (issue 39). Every new session reads the file as it
+/// starts anyway, so a key added applies to the next session.
+fn reload_on_hangup() -> std::sync::mpsc::Receiver<()> {
     // SAFETY: installing an async-signal-safe handler (one atomic store).
     unsafe {
         libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
     }
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(200));
-        if !HANGUP.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            continue;
-        }
-        match AuthorizedKeys::load(&path) {
-            Ok(l) => {
-                for w in &l.warnings {
-                    tracing::warn!("{w}");
-                }
-                eprintln!(
-                    "haul serve: SIGHUP: {} authorized client key(s) in {}; new sessions use them, running ones go on",
-                    l.keys.len(),
-                    path.display()
-                );
-            }
-            Err(e) => {
-                eprintln!("haul serve: SIGHUP: {e}; every new client is refused until it is fixed")
-            }
+        if HANGUP.swap(false, std::sync::atomic::Ordering::Relaxed) && tx.send(()).is_err() {
+            return;
         }
     });
+    rx
 }

@@ -1,7 +1,8 @@
 //! A daemon's authorized keys change while it runs: SIGHUP (a service
 //! manager's reload) reads them again and logs them, a key added is let
-//! in and a key removed kept out from the next session on, and a transfer
-//! running meanwhile is never dropped.
+//! in, and a key removed is kept out: its next session is refused, and
+//! its running transfer ends at once with a clear error, nothing of it
+//! placed (issue 39).
 
 mod common;
 
@@ -18,7 +19,7 @@ fn hangup(server: &common::Server) {
 }
 
 #[test]
-fn keys_change_under_a_running_daemon_without_dropping_a_transfer() {
+fn keys_change_under_a_running_daemon_and_a_revoked_key_is_cut_off() {
     let env = Env::new();
     let server = env.serve();
     let src = env.local.join("slow.bin");
@@ -71,12 +72,23 @@ fn keys_change_under_a_running_daemon_without_dropping_a_transfer() {
         server.log.lock().unwrap()
     );
     ok(&as_b("b1.txt"));
-    // A's key goes: its running transfer finishes, its next is refused.
+    // A's key goes: its running transfer ends at once, told why, and
+    // nothing of it is placed; its next is refused.
     fs::write(&keys, &b_key).unwrap();
     hangup(&server);
     let out = a.wait_with_output().unwrap();
-    ok(&out);
-    assert!(fs::read(env.root.join("slow.bin")).unwrap() == data);
+    let err = fails(&out, 4);
+    assert!(err.contains("revoked"), "{err}");
+    assert!(!env.root.join("slow.bin").exists());
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .log
+            .lock()
+            .unwrap()
+            .contains("1 ended (their key removed")),
+        "no revocation logged: {}",
+        server.log.lock().unwrap()
+    );
     fails(
         &env.cp(&[small.to_str().unwrap(), &env.remote(&server, "a2.txt")]),
         4,

@@ -82,6 +82,9 @@ pub struct Progress {
     /// When each step of the session first happened, for the summary's
     /// account of the wall time.
     pub timeline: Timeline,
+    /// What the server imposes on this run: a pace shared with the key's
+    /// other sessions, a stop, how errors read to the peer (issue 39).
+    pub control: crate::control::RunControl,
 }
 
 /// A step of a session whose time the summary reports.

@@ -39,6 +39,7 @@ mod record;
 use guards::{Greeting, SessionGuard};
 use memory::{MemoryPool, Reserved};
 mod keyed;
+mod keyring;
 mod limits;
 pub use keyed::Prekeyed;
 use limits::check_request;
@@ -99,6 +100,10 @@ pub struct ServerConfig {
     pub transfer_log: TransferLog,
     /// `--metrics ADDR:PORT`: Prometheus metrics and the status page.
     pub metrics: Option<SocketAddr>,
+    /// Each message asks the server to read its authorized keys again
+    /// (SIGHUP) and end the running sessions their key's line no longer
+    /// allows (issue 39).
+    pub reload: Option<std::sync::Mutex<mpsc::Receiver<()>>>,
 }
 
 /// How a daemon logs each finished session.
@@ -131,6 +136,8 @@ struct Server {
     prekeyed: keyed::PrekeyedSlot,
     /// Sessions running and finished, for `--metrics`.
     metrics: Arc<metrics::Metrics>,
+    /// Each key's running sessions, its pace and quota (issue 39).
+    keyring: keyring::Keyring,
 }
 
 /// Most connections in their greeting at once. Each holds a thread for at
@@ -169,6 +176,7 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
     share_one_arena();
     let memory = cfg.memory;
     let prekeyed = keyed::PrekeyedSlot::new(cfg.prekeyed.take());
+    let reloads = cfg.reload.take();
     let server = Arc::new(Server {
         cfg,
         joins: Joins::default(),
@@ -182,7 +190,16 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
         greeting: Arc::new(AtomicUsize::new(0)),
         prekeyed,
         metrics: Arc::new(metrics::Metrics::new()),
+        keyring: keyring::Keyring::default(),
     });
+    if let Some(rx) = reloads {
+        let server = server.clone();
+        std::thread::spawn(move || {
+            for () in rx.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                server.reload();
+            }
+        });
+    }
     if let Some(l) = page {
         metrics::serve_http(l, server.metrics.clone());
     }
@@ -246,6 +263,49 @@ impl Server {
                 peer.fingerprint()
             )),
         }
+    }
+
+    /// Reads the authorized keys again (SIGHUP, as sshd), and ends at once
+    /// every running session whose key was removed or whose line no
+    /// longer allows it as it runs (issue 39); each ended session is
+    /// logged, and its client told why.
+    fn reload(&self) {
+        let ClientKeys::File(path) = &self.cfg.client_keys else {
+            return;
+        };
+        let authorized = match AuthorizedKeys::load(path) {
+            Ok(l) => {
+                for w in &l.warnings {
+                    tracing::warn!("{w}");
+                }
+                l.keys
+            }
+            Err(e) => {
+                eprintln!("haul serve: SIGHUP: {e}; every new client is refused until it is fixed, and running sessions are ended");
+                AuthorizedKeys::default()
+            }
+        };
+        let verdicts = self.keyring.reload(|key| {
+            authorized
+                .contains(key)
+                .then(|| access::KeyOptions::parse(authorized.options(key).unwrap_or("")))
+        });
+        let mut ended = 0;
+        for (key, verdict) in &verdicts {
+            if let keyring::Verdict::Ended(_, why) = verdict {
+                ended += 1;
+                tracing::warn!(
+                    "key {}: a running session is ended: {why}",
+                    key.fingerprint()
+                );
+            }
+        }
+        eprintln!(
+            "haul serve: SIGHUP: {} authorized client key(s) in {}; {} running session(s) go on, {ended} ended (their key removed, or its options narrowed)",
+            authorized.len(),
+            path.display(),
+            verdicts.len() - ended,
+        );
     }
 
     /// Logs what is wrong with the authorized-keys file when it changes:
@@ -420,7 +480,7 @@ impl Server {
         let refuse = |w: &mut FrameWriter, e: TransferError| {
             let _ = w.send_msg(&Msg::Error {
                 code: e.code,
-                message: e.message.clone(),
+                message: progress.control.shown(&e.message),
             });
             drain_and_close(w.get_ref());
             Err(e)
@@ -444,6 +504,20 @@ impl Server {
                     return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
                 }
             };
+        // Each key within its share of the sessions (issue 39).
+        let quota = match &self.cfg.client_keys {
+            ClientKeys::File(_) => access.quota(self.cfg.max_sessions),
+            ClientKeys::Only(_) => self.cfg.max_sessions,
+        };
+        let Some(key_session) = self
+            .keyring
+            .enter(est.peer, &access, quota, progress.clone())
+        else {
+            let msg = format!(
+                "server busy: your key already runs {quota} sessions, as many as it may at once (sessions= in its line of the authorized keys, or half of --max-sessions); try again when one ends"
+            );
+            return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+        };
         ctrl_w
             .send_msg(&Msg::Welcome)
             .map_err(|e| TransferError::lost("welcoming the client", &e))?;
@@ -474,6 +548,7 @@ impl Server {
         // What this key may do (issue 29): the request narrowed or refused,
         // and the part of the root it sees.
         let on_bucket = access.root.is_some() && self.cfg.buckets.is_some();
+        let asked = req.clone();
         let allowed = match on_bucket {
             true => Err(TransferError::new(
                 ErrorCode::Permission,
@@ -487,6 +562,13 @@ impl Server {
             Ok(x) => x,
             Err(e) => return refuse(&mut ctrl_w, e),
         };
+        key_session.asked(asked, req.clone());
+        // What the client reads names paths below the root it sees, never
+        // the server's own (issue 39).
+        let (shown_root, served) = (root.clone(), self.cfg.root.clone());
+        progress
+            .control
+            .set_hide(Arc::new(move |m| served.hide(&shown_root.hide(m))));
         let protection = match parse_protection(req.protection)
             .and_then(|p| check_policy(p, self.cfg.require_encryption).map(|()| p))
         {
@@ -587,12 +669,11 @@ impl Server {
                 }
             }
             Op::Pull => {
-                let walked = match self.walk_request(&root, &req) {
+                let (walked, sources) = match self.walk_request(&root, &req) {
                     Ok(w) => w,
                     Err(e) => return refuse(&mut ctrl_w, e),
                 };
                 let bytes = walked.file_bytes();
-                let sources = Sources::new(walked.paths).stamped(&walked.entries, &walked.inodes);
                 match sending(walked.entries, Box::new(sources), bytes) {
                     Ok(side) => side,
                     Err(e) => return refuse(&mut ctrl_w, e),

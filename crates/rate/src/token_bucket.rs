@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+#[derive(Debug)]
 pub struct TokenBucket {
     rate: f64,
     burst: f64,
@@ -26,6 +27,14 @@ impl TokenBucket {
 
     pub fn rate(&self) -> u64 {
         self.rate as u64
+    }
+
+    /// A new rate and burst from now on; tokens held stay, within the new
+    /// burst.
+    pub fn set_rate(&mut self, rate: u64, burst: u64) {
+        self.rate = rate.max(1) as f64;
+        self.burst = burst as f64;
+        self.tokens = self.tokens.min(self.burst);
     }
 
     /// Reserves `bytes` at time `now`; returns the delay before sending them.

@@ -25,8 +25,12 @@ pub struct AuthorizedKeys {
     /// The comment after each key (`alice@lab`), naming it in logs.
     comments: std::collections::HashMap<PublicKey, String>,
     /// The options before each key, as written (`root=projects/alpha,
-    /// read-only`): what the key may do, read by the server.
+    /// read-only`): what the key may do, read by the server. Of a key's
+    /// lines, the first applies, as sshd takes the first that matches.
     options: std::collections::HashMap<PublicKey, String>,
+    /// Lines that name a key an earlier line named: (earlier, later),
+    /// 1-based. The later one is ignored, and warned about.
+    repeated: Vec<(usize, usize)>,
 }
 
 /// An authorized-keys file as read: its keys, and what is wrong with it
@@ -57,6 +61,12 @@ impl AuthorizedKeys {
                 )
             })
             .collect();
+        warnings.extend(keys.repeated.iter().map(|(first, again)| {
+            format!(
+                "{}, line {again}: the key of line {first} again; line {first} applies, as sshd takes the first line that matches (remove one of them)",
+                path.display()
+            )
+        }));
         warnings.extend(writable_by_others(path));
         Ok(LoadedKeys { keys, warnings })
     }
@@ -67,6 +77,8 @@ impl AuthorizedKeys {
         let mut keys = HashSet::new();
         let mut comments = std::collections::HashMap::new();
         let mut options = std::collections::HashMap::new();
+        let mut first_line = std::collections::HashMap::new();
+        let mut repeated = Vec::new();
         let mut bad = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -82,6 +94,11 @@ impl AuthorizedKeys {
             };
             match PublicKey::parse(line) {
                 Some(k) => {
+                    if let Some(first) = first_line.get(&k) {
+                        repeated.push((*first, i + 1));
+                        continue;
+                    }
+                    first_line.insert(k, i + 1);
                     keys.insert(k);
                     if let Some(o) = opts {
                         options.insert(k, o.to_string());
@@ -105,6 +122,7 @@ impl AuthorizedKeys {
                 keys,
                 comments,
                 options,
+                repeated,
             },
             bad,
         )
@@ -288,6 +306,32 @@ mod tests {
         assert!(bad.is_empty());
         assert!(!keys.contains(&Keypair::generate().public));
         assert_eq!(AuthorizedKeys::parse("hello\n").1, [1]);
+    }
+
+    /// Issue 39: `root=projects/alpha,read-only KEY` then `rate=1G KEY`
+    /// let the key write anywhere. As sshd, the first line that matches
+    /// applies; the other is named in a warning.
+    #[test]
+    fn the_first_line_of_a_key_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("authorized_keys");
+        let a = Keypair::generate().public;
+        fs::write(
+            &path,
+            format!("root=projects/alpha,read-only {a} alice\nrate=1G {a} alice-again\n{a}\n"),
+        )
+        .unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let loaded = AuthorizedKeys::load(&path).unwrap();
+        assert_eq!(
+            loaded.keys.options(&a),
+            Some("root=projects/alpha,read-only")
+        );
+        assert_eq!(loaded.keys.comment(&a), Some("alice"));
+        assert_eq!(loaded.warnings.len(), 2, "{:?}", loaded.warnings);
+        assert!(loaded.warnings[0].contains("line 2: the key of line 1 again; line 1 applies"));
+        assert!(loaded.warnings[1].contains("line 3:"));
     }
 
     /// sshd skips a bad line and logs it; so does haul, naming the line,

@@ -171,6 +171,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
     let (root, base) = match opts.root {
         Some(r) => (r, None),
         None => {
+            // The login's own files, links followed as scp follows them.
             let root = Root::new(std::path::Path::new("/")).map_err(TransferError::from)?;
             (root, std::env::current_dir().ok())
         }
@@ -193,6 +194,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         memory: endpoint::server::DAEMON_MEMORY,
         prekeyed,
         buckets: opts.buckets,
+        reload: None,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

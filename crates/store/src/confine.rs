@@ -5,6 +5,13 @@
 //! after a path was checked still cannot lead out (P-38); where the kernel
 //! lacks `openat2`, the path is walked one component at a time without
 //! following any link.
+//!
+//! A daemon's root ([`Root::served`]) follows no link at all in a path a
+//! client names (`RESOLVE_NO_SYMLINKS`), and its paths are taken as they
+//! are written, never resolved by the file system first (P-43): a link a
+//! key planted can neither lead another key out of its `root=` nor move
+//! it. A user's own tree ([`Root::new`]: a pulling client's destination,
+//! the login's `/` over ssh) follows links that stay inside it.
 
 use std::fs::File;
 use std::io;
@@ -22,9 +29,13 @@ use crate::error::{StoreError, StoreErrorKind};
 pub struct Root {
     canon: PathBuf,
     fd: Arc<OwnedFd>,
+    /// Whether links inside the root are followed (a user's own tree) or
+    /// none at all (a served root, P-43).
+    follow: bool,
 }
 
 impl Root {
+    /// A user's own tree: links in it that stay inside are followed.
     pub fn new(dir: &Path) -> Result<Root, StoreError> {
         let canon = dir
             .canonicalize()
@@ -40,7 +51,81 @@ impl Root {
         Ok(Root {
             canon,
             fd: Arc::new(fd),
+            follow: true,
         })
+    }
+
+    /// A daemon's root (`haul serve --root`, or `--stdio --root`): no link
+    /// is followed in any path a client names (P-43). The directory itself
+    /// is the operator's and may be reached through links.
+    pub fn served(dir: &Path) -> Result<Root, StoreError> {
+        Ok(Root {
+            follow: false,
+            ..Root::new(dir)?
+        })
+    }
+
+    /// Whether links inside the root are followed (see [`Root::served`]).
+    pub fn follows_links(&self) -> bool {
+        self.follow
+    }
+
+    /// The directory `sub` below this root as a root of its own (a key's
+    /// `root=`, P-43): opened from this root's descriptor one component
+    /// at a time, none a link, at every call, so that no link planted
+    /// anywhere moves it. It follows no link either.
+    pub fn sub_root(&self, sub: &str) -> Result<Root, StoreError> {
+        let rel = crate::walk_beneath::Source::parse(sub)
+            .filter(|s| !s.rel.is_empty())
+            .ok_or_else(|| {
+                StoreError::new(
+                    StoreErrorKind::OutsideRoot,
+                    format!("{sub:?} is not a directory below the served root"),
+                )
+            })?
+            .rel;
+        let fd = self.tree()?.dir(&rel)?;
+        let fd = rustix::io::dup(&*fd)
+            .map_err(|e| StoreError::io("open", &self.canon.join(sub), &e.into()))?;
+        Ok(Root {
+            canon: self.canon.join(std::ffi::OsStr::from_bytes(&rel)),
+            fd: Arc::new(fd),
+            follow: false,
+        })
+    }
+
+    /// The root as a tree to walk and open beneath by descriptor, without
+    /// following a link ([`crate::walk_beneath`], [`crate::Sources::beneath`]).
+    pub fn tree(&self) -> Result<Beneath, StoreError> {
+        let fd = rustix::io::dup(&*self.fd)
+            .map_err(|e| StoreError::io("open", &self.canon, &e.into()))?;
+        Ok(Beneath::new(fd, self.canon.clone()))
+    }
+
+    /// `message` as a client confined to this root may read it: the
+    /// server's own path of the root (`/srv/data/projects/alpha`) is left
+    /// out, so a path reads as the client names it (`/sub/f.bin`).
+    pub fn hide(&self, message: &str) -> String {
+        let canon = self.canon.to_string_lossy();
+        if self.follow || canon == "/" {
+            return message.to_string();
+        }
+        let mut out = String::with_capacity(message.len());
+        let mut rest = message;
+        while let Some(at) = rest.find(canon.as_ref()) {
+            let after = &rest[at + canon.len()..];
+            out.push_str(&rest[..at]);
+            match after.chars().next() {
+                // `/srv/data/x` reads `/x`; `/srv/data` alone reads `/`.
+                Some('/') => {}
+                None | Some(' ' | '"' | '\'' | ':' | ',' | ')' | ';') => out.push('/'),
+                // `/srv/database`: another name, kept.
+                Some(_) => out.push_str(&canon),
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        out
     }
 
     /// `path` relative to the root; refused if it is not inside. A path
@@ -56,6 +141,9 @@ impl Root {
         };
         if let Ok(rel) = path.strip_prefix(&self.canon) {
             return Ok(rel.to_path_buf());
+        }
+        if !self.follow {
+            return Err(outside());
         }
         let real = match (path.canonicalize(), path.parent(), path.file_name()) {
             (Ok(real), ..) => real,
@@ -81,13 +169,23 @@ impl Root {
         } else {
             rel.as_path()
         };
-        let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let mut how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        if !self.follow {
+            how |= ResolveFlags::NO_SYMLINKS;
+        }
         let flags = flags | OFlags::CLOEXEC;
         let r = match rustix::fs::openat2(&*self.fd, rel, flags, Mode::empty(), how) {
             Err(rustix::io::Errno::NOSYS) => self.walk(rel, flags),
             r => r.map_err(io::Error::from),
         };
         r.map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) if !self.follow => StoreError::new(
+                StoreErrorKind::OutsideRoot,
+                format!(
+                    "{} passes through a symbolic link; this server follows none in the paths it is asked for, so nothing outside the root you see is reached through one (name the link's target)",
+                    path.display()
+                ),
+            ),
             Some(libc::EXDEV) | Some(libc::ELOOP) => StoreError::new(
                 StoreErrorKind::OutsideRoot,
                 format!(
@@ -194,12 +292,20 @@ impl Root {
             }
         }
         let full = self.canon.join(&rel);
-        self.check_inside(&full).map_err(|_| outside())?;
+        // A served root resolves nothing through the file system: what is
+        // opened there is opened by descriptor, following no link (P-43).
+        if self.follow {
+            self.check_inside(&full).map_err(|_| outside())?;
+        }
         Ok(full)
     }
 
     /// Checks that the existing part of `path` resolves inside the root.
+    /// A served root follows no link, so only the words count.
     pub fn check_inside(&self, path: &Path) -> Result<(), StoreError> {
+        if !self.follow {
+            return self.relative(path).map(|_| ());
+        }
         let mut probe = path.to_path_buf();
         loop {
             match probe.canonicalize() {

@@ -1,6 +1,7 @@
 //! Files and directories, and nothing about networks.
 //!
-//! - [`walk`]: turn command-line sources into manifest entries.
+//! - [`walk`]: turn command-line sources into manifest entries;
+//!   [`walk_beneath`] a served pull's, by descriptor, following no link.
 //! - [`cache`]: the receiver's persistent chunk cache (`--cache DIR`).
 //! - [`beneath`]: every change at a destination, made through directory
 //!   descriptors without following a link.
@@ -30,6 +31,7 @@ pub mod source;
 pub mod storage;
 mod temp;
 pub mod walk;
+pub mod walk_beneath;
 
 pub use cache::ChunkCache;
 pub use confine::Root;
@@ -39,3 +41,4 @@ pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
 pub use storage::{BlockSink, BlockSource, Held, HeldReader};
 pub use walk::{names_contents, walk, walk_listed, Inode, Walked};
+pub use walk_beneath::walk_beneath;

@@ -6,12 +6,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use wire::{Entry, EntryKind};
 
+use crate::beneath::Beneath;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::walk::Inode;
 
@@ -27,6 +29,10 @@ type Stamp = ((u64, i64, u32), Option<Inode>);
 
 pub struct Sources {
     paths: Vec<PathBuf>,
+    /// Where `paths` are: `None` as given (the user's own files, links
+    /// followed as the command line names them); a served root's tree,
+    /// opened by descriptor without following a link (P-43).
+    beneath: Option<Arc<Beneath>>,
     stamps: HashMap<u32, Stamp>,
     open: Mutex<HashMap<u32, Arc<File>>>,
     /// Blocks (entry id, offset, length) already read and found all zeros.
@@ -44,10 +50,23 @@ impl Sources {
     pub fn new(paths: Vec<PathBuf>) -> Sources {
         Sources {
             paths,
+            beneath: None,
             stamps: HashMap::new(),
             open: Mutex::new(HashMap::new()),
             zeros: HashSet::new(),
             generated: None,
+        }
+    }
+
+    /// A served pull's files (`paths[id]` below `tree`, as
+    /// [`crate::walk_beneath`] found them): each opened component by
+    /// component from the tree's descriptor, never through a link, and
+    /// refused unless it is the inode the walk found (P-43). Call
+    /// [`Self::stamped`] with the walk's inodes.
+    pub fn beneath(tree: Arc<Beneath>, paths: Vec<PathBuf>) -> Sources {
+        Sources {
+            beneath: Some(tree),
+            ..Sources::new(paths)
         }
     }
 
@@ -125,12 +144,39 @@ impl Sources {
         let path = self.path(id).ok_or_else(|| {
             StoreError::new(StoreErrorKind::Other, format!("no source for entry {id}"))
         })?;
-        let f = Arc::new(File::open(path).map_err(|e| StoreError::io("open source", path, &e))?);
+        let f = Arc::new(match &self.beneath {
+            None => File::open(path).map_err(|e| StoreError::io("open source", path, &e))?,
+            Some(tree) => self.open_beneath(tree, id, path)?,
+        });
         if open.len() >= MAX_OPEN {
             open.clear();
         }
         open.insert(id, f.clone());
         Ok(f)
+    }
+
+    /// Opens `rel` beneath `tree`, and only if it is still the file the
+    /// walk listed as entry `id`: a name swapped since for a link, or for
+    /// another file, is refused before a byte is read.
+    fn open_beneath(&self, tree: &Beneath, id: u32, rel: &Path) -> Result<File, StoreError> {
+        let shown = tree.shown(rel.as_os_str().as_bytes());
+        let gone = |why: &str| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                format!("source file {} {CHANGED} ({why})", shown.display()),
+            )
+        };
+        let f = tree
+            .open_regular(rel.as_os_str().as_bytes())?
+            .ok_or_else(|| gone("it is no longer a regular file there"))?;
+        let listed = self.stamps.get(&id).and_then(|(_, inode)| *inode);
+        let meta = f
+            .metadata()
+            .map_err(|e| StoreError::io("stat", &shown, &e))?;
+        match listed {
+            Some(i) if i.same_file(&Inode::of(&meta)) => Ok(f),
+            _ => Err(gone("another file took its name")),
+        }
     }
 
     /// Fills `buf` with the bytes at `offset`. A file that shrank since it

@@ -14,7 +14,7 @@ use wire::{Entry, EntryKind};
 use crate::error::{StoreError, StoreErrorKind};
 
 /// The manifest of a set of sources.
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct Walked {
     pub entries: Vec<Entry>,
     /// Where each file entry's bytes are, indexed by entry id.
@@ -59,6 +59,22 @@ impl Inode {
             ctime: meta.ctime(),
             ctime_nsec: meta.ctime_nsec(),
         }
+    }
+
+    /// The same, from a `stat` made relative to a descriptor.
+    pub fn of_stat(st: &rustix::fs::Stat) -> Inode {
+        Inode {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            ctime: st.st_ctime,
+            ctime_nsec: st.st_ctime_nsec as i64,
+        }
+    }
+
+    /// Whether `other` is the same file (device and inode), whatever
+    /// happened to it since.
+    pub fn same_file(&self, other: &Inode) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino)
     }
 }
 

@@ -91,13 +91,25 @@ impl<'a, S> Shared<'a, S> {
             let mut c = self.ctrl.lock().unwrap_or_else(|p| p.into_inner());
             let _ = c.send_msg(&Msg::Error {
                 code: e.code,
-                message: e.message,
+                message: self.progress.control.shown(&e.message),
             });
         }
         for s in &self.sockets {
             let _ = s.shutdown(Shutdown::Both);
         }
         self.cv.notify_all();
+    }
+
+    /// Whether the side running this session stopped it (a revoked key,
+    /// issue 39); if so, the run fails with its reason, told to the peer.
+    pub(crate) fn stopped_from_outside(&self) -> bool {
+        match self.progress.control.stopped() {
+            Some(e) => {
+                self.fail(e, true);
+                true
+            }
+            None => false,
+        }
     }
 
     /// For a broken data connection: the peer usually said why on the

@@ -109,6 +109,8 @@ fn write_lane(shared: &Shared, mut w: FrameWriter) {
                 mux.note_wire(id, n, 0);
             }
         }
+        // A key's `rate=`, shared by its sessions (issue 39).
+        shared.progress.control.pace(buf.len() as u64);
         let sent = w.send_in_place(&mut buf);
         shared.writing.fetch_sub(1, Ordering::AcqRel);
         shared.cv.notify_all();
@@ -148,6 +150,9 @@ fn read_lane(shared: &Shared, mut r: FrameReader) {
                 return;
             }
         };
+        // A key's `rate=`: the peer is slowed by this side reading no
+        // faster (issue 39).
+        shared.progress.control.pace(body.len() as u64);
         let frames = match TunnelFrame::decode_all(body) {
             Ok(f) => f,
             Err(e) => {

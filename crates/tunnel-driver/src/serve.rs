@@ -105,6 +105,13 @@ pub fn serve(
                 if shared.stopped() {
                     break None;
                 }
+                // The key was revoked (issue 39): the session ends, and
+                // the client is told why.
+                if let Some(e) = shared.progress.control.stopped() {
+                    drop(mux);
+                    shared.fail_ours(e);
+                    break None;
+                }
                 mux = shared.wait(mux);
             }
         };

@@ -15,13 +15,25 @@
 //! - `rate=RATE` (bits per second, as `--rate`): the server sends no
 //!   faster, and a push must ask for no more (`--rate`);
 //! - `tunnel-to=HOST:PORT`, repeatable: the only tunnels the key may open,
-//!   and only where the daemon's `--tunnel-to` allows too.
+//!   and only where the daemon's `--tunnel-to` allows too;
+//! - `sessions=N`: the most sessions the key may run at once (tunnels
+//!   included); without it, half of `--max-sessions`.
+//!
+//! The server enforces each, whatever the client does (issue 39): the
+//! root is opened by descriptor at every session, through no link; the
+//! rate is one pace that every session of the key draws from, for every
+//! byte the daemon sends or takes in (pushes, pulls, TCP, UDP, tunnels);
+//! and a reload of the file ends at once the running sessions that the
+//! key's new line no longer allows (`keyring`).
 //!
 //! A key with no options may do what the daemon allows, as before. A key
 //! with any option and no `tunnel-to` opens no tunnels. An option haul does
 //! not know refuses the key, as a typo must not widen what it may do.
 
 use connect::error::TransferError;
+
+/// The largest `sessions=` taken.
+const MAX_QUOTA: usize = 100_000;
 use store::Root;
 use wire::{ErrorCode, Op, Request};
 
@@ -34,6 +46,8 @@ pub(crate) struct KeyOptions {
     /// Bytes per second.
     pub rate: Option<u64>,
     pub tunnel_to: Vec<String>,
+    /// Most sessions at once (`sessions=`).
+    pub sessions: Option<usize>,
 }
 
 impl KeyOptions {
@@ -56,7 +70,12 @@ impl KeyOptions {
                     })?)
                 }
                 Some(("tunnel-to", t)) if t.contains(':') => k.tunnel_to.push(t.to_string()),
-                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT)")),
+                Some(("sessions", n)) => {
+                    k.sessions = Some(n.parse().ok().filter(|&n| (1..=MAX_QUOTA).contains(&n)).ok_or_else(|| {
+                        format!("sessions={n}: give the most sessions at once, 1 to {MAX_QUOTA}")
+                    })?)
+                }
+                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT, sessions=N)")),
             }
         }
         if k.read_only && k.write_only {
@@ -69,22 +88,33 @@ impl KeyOptions {
         *self != KeyOptions::default()
     }
 
-    /// The root this key sees: `root=` below the served root, which must
-    /// be a directory there (reached through no link that leads out).
+    /// How many sessions the key may run at once: its `sessions=`, or
+    /// half of the daemon's `max` (at least one), never more than `max`.
+    pub(crate) fn quota(&self, max: usize) -> usize {
+        self.sessions
+            .unwrap_or(max.div_ceil(2))
+            .clamp(1, max.max(1))
+    }
+
+    /// The root this key sees: `root=` below the served root, opened from
+    /// the served root's descriptor at every session, through no link
+    /// (P-43): a link planted anywhere (`drop/box -> ../projects/beta`)
+    /// neither leads a key out nor moves its root.
     pub(crate) fn root(&self, served: &Root) -> Result<Root, TransferError> {
         let Some(sub) = &self.root else {
             return Ok(served.clone());
         };
-        let dir = served.resolve(sub)?;
-        if !dir.is_dir() {
-            return Err(TransferError::new(
+        served.sub_root(sub).map_err(|e| {
+            let why = match e.kind {
+                store::StoreErrorKind::OutsideRoot => "passes through a symbolic link",
+                store::StoreErrorKind::NotFound => "does not exist",
+                _ => "is not a directory",
+            };
+            TransferError::new(
                 ErrorCode::Permission,
-                format!(
-                    "this key's root, {sub}, is not a directory on the server; ask its operator"
-                ),
-            ));
-        }
-        Ok(Root::new(&dir)?)
+                format!("this key's root, {sub}, {why} on the server; ask its operator"),
+            )
+        })
     }
 
     /// The request as this key may make it: refused where it asks what
@@ -155,6 +185,10 @@ mod tests {
         assert_eq!(k.rate, Some(62_500_000));
         assert_eq!(k.tunnel_to, ["db:5432"]);
         assert_eq!(KeyOptions::parse("").unwrap(), KeyOptions::default());
+        assert_eq!(KeyOptions::parse("sessions=3").unwrap().quota(64), 3);
+        assert_eq!(KeyOptions::default().quota(64), 32);
+        assert_eq!(KeyOptions::default().quota(1), 1);
+        assert_eq!(KeyOptions::parse("sessions=99").unwrap().quota(8), 8);
         for bad in [
             "readonly",
             "root=../x",
@@ -162,6 +196,8 @@ mod tests {
             "rate=fast",
             "read-only,write-only",
             "tunnel-to=db",
+            "sessions=0",
+            "sessions=many",
         ] {
             assert!(KeyOptions::parse(bad).is_err(), "{bad}");
         }

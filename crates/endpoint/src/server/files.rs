@@ -1,12 +1,15 @@
 //! What a request names in the served root's files: its paths resolved
-//! inside the root (P-16), the sources of a pull walked, a basis opened.
+//! inside the root (P-16), the sources of a pull walked and read beneath
+//! it by descriptor (P-43), a basis opened.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use connect::error::TransferError;
-use store::{walk, Held, Root, Walked};
-use wire::Request;
+use store::walk_beneath::Source;
+use store::{walk, walk_beneath, Held, Root, Sources, Walked};
+use wire::{ErrorCode, Request};
 
 /// A basis as the receiver takes it: where it is, and the file open.
 type Basis = Option<(PathBuf, Arc<dyn Held>)>;
@@ -22,9 +25,35 @@ impl super::Server {
         root.resolve(&path).map_err(TransferError::from)
     }
 
-    /// The sources of a pull, walked. A path naming a directory's
-    /// contents keeps its final '/' through resolving, for the walk (P-8).
-    pub(super) fn walk_request(&self, root: &Root, req: &Request) -> Result<Walked, TransferError> {
+    /// The sources of a pull, walked, and read from where the walk found
+    /// them. Under a served root each is walked and opened by descriptor,
+    /// following no link (P-43); the login's own tree over ssh is walked
+    /// as scp would. A path naming a directory's contents keeps its final
+    /// '/' through resolving, for the walk (P-8).
+    pub(super) fn walk_request(
+        &self,
+        root: &Root,
+        req: &Request,
+    ) -> Result<(Walked, Sources), TransferError> {
+        if !root.follows_links() {
+            let sources = req
+                .paths
+                .iter()
+                .map(|p| {
+                    Source::parse(p).ok_or_else(|| {
+                        TransferError::new(
+                            ErrorCode::OutsideRoot,
+                            format!("path {p:?} is outside the served root"),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let tree = Arc::new(root.tree()?);
+            let top = root.path().file_name().map_or(&[][..], |n| n.as_bytes());
+            let w = walk_beneath(&tree, &sources, req.recursive, top)?;
+            let s = Sources::beneath(tree, w.paths.clone()).stamped(&w.entries, &w.inodes);
+            return Ok((w, s));
+        }
         let paths = req
             .paths
             .iter()
@@ -36,7 +65,9 @@ impl super::Server {
                 Ok(r)
             })
             .collect::<Result<Vec<_>, TransferError>>()?;
-        Ok(walk(&paths, req.recursive)?)
+        let w = walk(&paths, req.recursive)?;
+        let s = Sources::new(w.paths.clone()).stamped(&w.entries, &w.inodes);
+        Ok((w, s))
     }
 
     /// The basis a push names (`--basis`), if any: opened now, beneath the

@@ -106,6 +106,9 @@ pub fn run_receiver(
         let mut meter = crate::compress::DecodeMeter::default();
         let mut gap = ControlGap::new();
         loop {
+            if sh.stopped_from_outside() {
+                break;
+            }
             // Notes made on the blocks' threads go out before `Done`.
             rx.forward_notes();
             let (msgs, finished) = {

@@ -35,6 +35,9 @@ impl Receiving<'_, '_> {
                 }
             };
             self.sh.progress.timeline.mark(Mark::FirstData);
+            // A key's `rate=` (issue 39): the sender is slowed by this
+            // side reading no faster, whatever pace it promised.
+            self.sh.progress.control.pace(body.len() as u64);
             let h = match BlockHeader::decode(body) {
                 Ok(h) => h,
                 Err(e) => {

@@ -164,6 +164,9 @@ fn receive(
                 }
             }
             Progress::add(&p.wire_rx, wire);
+            // A key's `rate=` (issue 39): past it the socket's buffer
+            // fills and the kernel drops, whatever the sender does.
+            p.control.pace(wire);
             if let Some(e) = refused {
                 sh.fail(TransferError::new(ErrorCode::Protocol, e.to_string()), true);
                 return Ok(());

@@ -171,6 +171,9 @@ fn run_sender_with(
         // This thread writes control messages, a gap apart (P-34).
         let mut gap = ControlGap::new();
         loop {
+            if sh.stopped_from_outside() {
+                break;
+            }
             let msgs: Vec<Msg> = {
                 let mut st = sh.lock();
                 if !st.has_control() {

@@ -51,6 +51,8 @@ pub(crate) fn send_blocks(
                 std::thread::sleep(wait);
             }
         }
+        // A key's `rate=`, shared by its sessions (issue 39).
+        sh.progress.control.pace(buf.len() as u64);
         if let Err(e) = w.send_block_in_place(&mut buf) {
             sh.fail_transport(TransferError::lost("sending data", &e));
             break;

@@ -226,6 +226,8 @@ fn pump(
                 &p.wire_tx,
                 (out.len() + n * link.channel.header_overhead()) as u64,
             );
+            // A key's `rate=`, shared by its sessions (issue 39).
+            p.control.pace(out.len() as u64);
             credit -= out.len() as f64;
             sent_any = true;
             bytes_sent += out.len() as u64;
