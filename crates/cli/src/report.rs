@@ -167,6 +167,8 @@ pub struct Json<'a> {
     pub would_send_bytes: u64,
     /// --delete: paths removed (or, in a dry run, that would be).
     pub deleted: &'a [String],
+    /// Deleted past those listed.
+    pub deleted_more: u64,
     /// What the receiver noted about files that did not stop the
     /// transfer: above all why a partial left by an interrupted transfer
     /// could not be resumed from (P-41).
@@ -250,6 +252,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         would_send: r.dry_run.then_some(&r.listed[..]),
         would_send_bytes: r.listed_bytes,
         deleted: &r.deleted,
+        deleted_more: r.deleted_more,
         notes: r
             .notes
             .iter()
@@ -331,6 +334,9 @@ pub fn text(r: &Report) -> String {
             }
         );
     }
+    if r.deleted_more > 0 {
+        lines += &format!("and {} more deleted, not listed\n", r.deleted_more);
+    }
     if r.dry_run {
         for l in &r.listed {
             lines += &format!("would send {l}\n");
@@ -345,7 +351,7 @@ pub fn text(r: &Report) -> String {
                 if r.deleted.is_empty() {
                     String::new()
                 } else {
-                    format!(", {} would be deleted", r.deleted.len())
+                    format!(", {} would be deleted", r.deleted.len() as u64 + r.deleted_more)
                 }
             );
     }

@@ -47,14 +47,7 @@ impl From<store::StoreError> for TransferError {
 
 impl From<session::SenderError> for TransferError {
     fn from(e: session::SenderError) -> Self {
-        use session::SenderError::*;
-        let code = match &e {
-            SourceChanged { .. } => ErrorCode::Other,
-            Corrupted { .. } => ErrorCode::Integrity,
-            Protocol(_) => ErrorCode::Protocol,
-            Remote { code, .. } => *code,
-        };
-        TransferError::new(code, e.to_string())
+        TransferError::new(e.code(), e.to_string())
     }
 }
 

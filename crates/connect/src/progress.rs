@@ -76,6 +76,8 @@ pub struct Progress {
     pub listed_bytes: AtomicU64,
     /// `--delete`: paths removed (or that would be, in a dry run).
     pub deleted: std::sync::Mutex<Vec<String>>,
+    /// Paths deleted past those listed (a sender keeps a bounded list).
+    pub deleted_more: AtomicU64,
     /// What the receiver noted about files (P-41): why a partial could
     /// not be resumed from, above all.
     pub notes: std::sync::Mutex<Vec<(wire::NoteKind, String)>>,

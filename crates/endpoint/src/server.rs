@@ -630,6 +630,10 @@ impl Server {
                        bytes: u64|
          -> Result<Side, TransferError> {
             let mut session = SenderSession::new(entries, req.block_size, send_window(&req));
+            // What the client may answer, and what the session may hold,
+            // the sources' own bookkeeping included (P-43 R-1 … R-4).
+            session.expect(&req.sync);
+            session.admit(session_share(self.cfg.memory), Some(self.reserved.clone()))?;
             if req.sync.gated {
                 transfer::gate_sender(&mut session, &req.sync, &*sources, req.block_size)?;
             }

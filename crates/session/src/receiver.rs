@@ -529,6 +529,9 @@ impl ReceiverSession {
         match msg {
             Msg::Entry(e) => self.entry(e)?,
             Msg::ManifestEnd { files, bytes } => {
+                if self.manifest.is_some() {
+                    return Err(ReceiverError::Protocol("the manifest ended twice".into()));
+                }
                 let (have_files, have_bytes) = (
                     self.files.len() as u64,
                     self.files.values().map(|f| f.size).sum::<u64>(),
@@ -576,7 +579,8 @@ impl ReceiverSession {
             Msg::Error { code, message } => return Err(ReceiverError::Remote { code, message }),
             other => {
                 return Err(ReceiverError::Protocol(format!(
-                    "unexpected message {other:?}"
+                    "unexpected {} message (not one this side takes in this session)",
+                    other.name()
                 )))
             }
         }

@@ -4,9 +4,19 @@
 //! [`Scheduler`], collects each block's hash as streams read it, sends a
 //! file's digest once every block of it has been read, and retires the
 //! transfer when the receiver reports every file placed.
+//!
+//! What the receiver answers is bounded before it is kept (P-43, R-1 …
+//! R-4), as the receiver bounds the sender's manifest (P-40): each answer
+//! is taken only in the sessions that ask for it (chunks with dedup,
+//! deleted paths with `--delete`, held blocks and answers in a gated
+//! session, for a file still waiting), and what it makes this side hold
+//! is charged, with the manifest's own bookkeeping, to the session's
+//! budget and to the memory it shares with other sessions.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+
+use crate::receiver::{Pool, DEFAULT_BUDGET};
 use std::time::Instant;
 
 use chunk::{ChunkRef, Known, Part, Plan};
@@ -30,9 +40,67 @@ pub enum SenderError {
     },
     #[error("peer broke the protocol: {0}")]
     Protocol(String),
+    /// The sources would need more bookkeeping than this side allows a
+    /// session.
+    #[error("the sources are {files} files in {blocks} blocks of {block_size} bytes: sending them would need {need} bytes of bookkeeping on this side, over its limit of {limit}; send fewer at once, or with a larger --block-size")]
+    TooLarge {
+        files: u64,
+        blocks: u64,
+        block_size: u32,
+        need: u64,
+        limit: u64,
+    },
+    /// What the receiver answered would take this side past its budget
+    ///
+    #[error("the receiver's {what} would take {need} bytes of bookkeeping on this side, over its limit of {limit}")]
+    Limit {
+        what: &'static str,
+        need: u64,
+        limit: u64,
+    },
+    /// The memory this side shares among its sessions is held by others.
+    #[error("this side's memory for transfers is held by its other sessions right now ({need} more bytes would not fit); try again later")]
+    Busy { need: u64 },
     #[error("{message}")]
     Remote { code: ErrorCode, message: String },
 }
+
+impl SenderError {
+    /// The code the peer is told, and the exit status it becomes.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            SenderError::SourceChanged { .. } => ErrorCode::Other,
+            SenderError::Corrupted { .. } => ErrorCode::Integrity,
+            SenderError::Protocol(_) => ErrorCode::Protocol,
+            SenderError::TooLarge { .. } => ErrorCode::BadRequest,
+            SenderError::Limit { .. } => ErrorCode::Limit,
+            SenderError::Busy { .. } => ErrorCode::Busy,
+            SenderError::Remote { code, .. } => *code,
+        }
+    }
+}
+
+/// What this side holds per block of the manifest: the block's hash as
+/// read (33 bytes) and whether it is acknowledged.
+pub const SEND_BLOCK_COST: u64 = 34;
+/// Per file besides its path and blocks: its record and map slot, with
+/// the map's spare room, and its place in the scheduler.
+const SEND_FILE_COST: u64 = (std::mem::size_of::<SendFile>() as u64 + 8) * 3 / 2 + 16;
+/// Per entry besides its path and target: its announcement waiting in the
+/// outbox.
+const SEND_ENTRY_COST: u64 = std::mem::size_of::<Msg>() as u64 + 16;
+/// Per chunk the receiver announces: its slot in a map of short
+/// hashes, with the map's spare room.
+pub const CHUNK_COST: u64 = 64;
+/// Per held block the receiver announces: its index and hash in a
+/// map, with the map's spare room.
+pub const HAVE_COST: u64 = 80;
+/// Per block the receiver rejected: its try count in a map.
+const NACK_COST: u64 = 32;
+/// Deleted paths kept to show; past either bound they are only
+/// counted.
+pub const DELETED_KEPT: usize = 10_000;
+pub const DELETED_KEPT_BYTES: usize = 4 << 20;
 
 /// How often one block may be rejected before the transfer fails: a path
 /// that keeps corrupting the same block will not heal by retrying.
@@ -90,8 +158,21 @@ pub struct SenderSession {
     /// Paths a dry run would send.
     pub listed: Vec<String>,
     pub listed_bytes: u64,
-    /// Paths the receiver's `--delete` removed (or would).
+    /// Paths the receiver's `--delete` removed (or would): the first
+    /// [`DELETED_KEPT`] (at most [`DELETED_KEPT_BYTES`]), and how many
+    /// more.
     pub deleted: Vec<String>,
+    pub deleted_more: u64,
+    deleted_bytes: usize,
+    /// What the receiver may answer besides acks: chunks of
+    /// what it holds (dedup) and paths it deleted (`--delete`).
+    may_offer_chunks: bool,
+    may_delete: bool,
+    /// Bookkeeping this session may hold (R-1 … R-3), what it holds so
+    /// far, and the memory it shares with other sessions, if any.
+    budget: u64,
+    charged: u64,
+    pool: Option<Arc<dyn Pool>>,
     /// What the receiver noted about files (P-41), at most
     /// [`wire::MAX_NOTES`].
     pub notes: Vec<(wire::NoteKind, String)>,
@@ -103,6 +184,14 @@ pub struct SenderSession {
     pub files_done: u64,
 }
 
+impl Drop for SenderSession {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.give(self.charged);
+        }
+    }
+}
+
 impl SenderSession {
     /// `entries` must have distinct ids; files are sent in the given order.
     pub fn new(entries: Vec<SourceEntry>, block_size: u32, window: u64) -> SenderSession {
@@ -110,9 +199,16 @@ impl SenderSession {
         let mut files = HashMap::new();
         let mut order = Vec::new();
         let (mut nfiles, mut nbytes) = (0u64, 0u64);
+        let mut charged = 0u64;
         for e in entries {
+            charged =
+                charged.saturating_add(SEND_ENTRY_COST + (e.path.len() + e.target.len()) as u64);
             if let EntryKind::File { size, .. } = e.kind {
-                let n = block_count(size, block_size) as usize;
+                let blocks = block_count(size, block_size);
+                charged = charged
+                    .saturating_add(SEND_FILE_COST + e.path.len() as u64)
+                    .saturating_add(blocks.saturating_mul(SEND_BLOCK_COST));
+                let n = blocks as usize;
                 let path = String::from_utf8_lossy(&e.path).into_owned();
                 files.insert(
                     e.id,
@@ -164,11 +260,79 @@ impl SenderSession {
             listed: Vec::new(),
             listed_bytes: 0,
             deleted: Vec::new(),
+            deleted_more: 0,
+            deleted_bytes: 0,
+            may_offer_chunks: false,
+            may_delete: false,
+            // This side's own manifest, and what the receiver may make it
+            // hold besides (unless [`Self::admit`] bounds both).
+            budget: charged.saturating_add(DEFAULT_BUDGET),
+            charged,
+            pool: None,
             notes: Vec::new(),
             retransmitted: 0,
             acked_bytes: 0,
             files_done: 0,
         }
+    }
+
+    /// What the receiver may answer besides acks, from the request's
+    /// sync options: chunks of what it holds with dedup, the paths it
+    /// deleted with `--delete`. Without this, either is a
+    /// protocol error.
+    pub fn expect(&mut self, sync: &wire::SyncOptions) {
+        self.may_offer_chunks = sync.dedup;
+        self.may_delete = sync.delete;
+    }
+
+    /// Bounds this session's bookkeeping, its own manifest's included
+    /// to `budget` ([`DEFAULT_BUDGET`] unless set) and takes it
+    /// from `pool`, shared with other sessions, as it grows. Refused if
+    /// the manifest alone does not fit.
+    pub fn admit(&mut self, budget: u64, pool: Option<Arc<dyn Pool>>) -> Result<(), SenderError> {
+        self.budget = budget;
+        if self.charged > budget {
+            let blocks = self.files.values().map(|f| f.hashes.len() as u64).sum();
+            return Err(SenderError::TooLarge {
+                files: self.files.len() as u64,
+                blocks,
+                block_size: self.block_size,
+                need: self.charged,
+                limit: budget,
+            });
+        }
+        if let Some(p) = &pool {
+            if !p.take(self.charged) {
+                return Err(SenderError::Busy { need: self.charged });
+            }
+        }
+        self.pool = pool;
+        Ok(())
+    }
+
+    /// Bookkeeping this session holds so far, in bytes (R-1 … R-3).
+    pub fn bookkeeping(&self) -> u64 {
+        self.charged
+    }
+
+    /// Charges `bytes` more for `what` the receiver answered, before it
+    /// is kept.
+    fn charge(&mut self, what: &'static str, bytes: u64) -> Result<(), SenderError> {
+        let need = self.charged.saturating_add(bytes);
+        if need > self.budget {
+            return Err(SenderError::Limit {
+                what,
+                need,
+                limit: self.budget,
+            });
+        }
+        if let Some(p) = &self.pool {
+            if !p.take(bytes) {
+                return Err(SenderError::Busy { need: bytes });
+            }
+        }
+        self.charged = need;
+        Ok(())
     }
 
     /// Changes the cap on unacknowledged bytes given to [`SenderSession::new`].
@@ -450,6 +614,9 @@ impl SenderSession {
                 let path = Self::block_of(&mut self.files, "nack", file, index)?
                     .path
                     .clone();
+                if !self.nacks.contains_key(&(file, index)) {
+                    self.charge("rejected blocks", NACK_COST)?;
+                }
                 let tries = self.nacks.entry((file, index)).or_insert(0);
                 *tries += 1;
                 if *tries > MAX_NACKS {
@@ -488,7 +655,14 @@ impl SenderSession {
                 self.plans.remove(&file);
                 self.held.remove(&file);
             }
-            Msg::Chunks { file, chunks } if self.gated => {
+            Msg::Chunks { file, chunks } if self.gated && self.may_offer_chunks => {
+                let waiting = file == wire::CACHE_FILE
+                    || (self.files.contains_key(&file)
+                        && self.sched.is_held(file)
+                        && !self.answered.contains(&file));
+                if waiting {
+                    self.charge("chunks", chunks.len() as u64 * CHUNK_COST)?;
+                }
                 if file == wire::CACHE_FILE {
                     self.cache.add_cache(&chunks);
                 } else if self.files.contains_key(&file)
@@ -516,6 +690,7 @@ impl SenderSession {
                         "held block {i} of file {file}, past its {n} blocks"
                     )));
                 }
+                self.charge("held blocks", blocks.len() as u64 * HAVE_COST)?;
                 self.held.entry(file).or_default().extend(blocks);
             }
             Msg::Ready(list) if self.gated => {
@@ -566,12 +741,17 @@ impl SenderSession {
                     self.known.remove(&file);
                 }
             }
-            Msg::Deleted(paths) => {
-                self.deleted.extend(
-                    paths
-                        .iter()
-                        .map(|p| String::from_utf8_lossy(p).into_owned()),
-                );
+            Msg::Deleted(paths) if self.may_delete => {
+                for p in paths {
+                    if self.deleted.len() >= DELETED_KEPT
+                        || self.deleted_bytes + p.len() > DELETED_KEPT_BYTES
+                    {
+                        self.deleted_more += 1;
+                        continue;
+                    }
+                    self.deleted_bytes += p.len();
+                    self.deleted.push(String::from_utf8_lossy(&p).into_owned());
+                }
             }
             Msg::Note { kind, text } => {
                 if self.notes.len() < wire::MAX_NOTES {
@@ -596,11 +776,17 @@ impl SenderSession {
             Msg::Error { code, message } => return Err(SenderError::Remote { code, message }),
             other => {
                 return Err(SenderError::Protocol(format!(
-                    "unexpected message {other:?}"
+                    "unexpected {} message (not one this side takes in this session)",
+                    other.name()
                 )))
             }
         }
         Ok(())
+    }
+
+    /// Paths the receiver deleted, all told.
+    pub fn deleted_count(&self) -> u64 {
+        self.deleted.len() as u64 + self.deleted_more
     }
 
     /// The receiver's summary once it has placed every file.
@@ -621,6 +807,188 @@ impl SenderSession {
 mod tests {
     use super::*;
     use wire::EntryKind;
+
+    fn dedup() -> wire::SyncOptions {
+        wire::SyncOptions {
+            dedup: true,
+            gated: true,
+            ..Default::default()
+        }
+    }
+
+    /// A pool of `limit` bytes, shared by sessions.
+    struct Pool(std::sync::Mutex<u64>, u64);
+
+    impl crate::receiver::Pool for Pool {
+        fn take(&self, bytes: u64) -> bool {
+            let mut used = self.0.lock().unwrap();
+            if *used + bytes > self.1 {
+                return false;
+            }
+            *used += bytes;
+            true
+        }
+        fn give(&self, bytes: u64) {
+            *self.0.lock().unwrap() -= bytes;
+        }
+    }
+
+    /// chunks only with dedup, deleted paths only with
+    /// `--delete`, each a protocol error otherwise; issue 39's daemon
+    /// kept both without bound.
+    #[test]
+    fn answers_are_taken_only_in_the_sessions_that_ask_for_them() {
+        let now = Instant::now();
+        let chunks = || Msg::Chunks {
+            file: wire::CACHE_FILE,
+            chunks: vec![([1; 16], 10)],
+        };
+        let mut tx = SenderSession::new(vec![file_entry(0, b"a", 10)], 4, 1 << 20);
+        tx.gate();
+        assert!(matches!(
+            tx.handle(chunks(), now),
+            Err(SenderError::Protocol(_))
+        ));
+        assert!(matches!(
+            tx.handle(Msg::Deleted(vec![b"x".to_vec()]), now),
+            Err(SenderError::Protocol(_))
+        ));
+        let mut ungated = SenderSession::new(vec![file_entry(0, b"a", 10)], 4, 1 << 20);
+        ungated.expect(&dedup());
+        assert!(ungated.handle(chunks(), now).is_err(), "not gated");
+        let have = Msg::Have {
+            file: 0,
+            blocks: vec![(0, [0; 32])],
+        };
+        assert!(ungated.handle(have, now).is_err(), "not gated");
+    }
+
+    /// what the receiver announces is charged before it is
+    /// kept; past the budget the session ends with `Limit`.
+    #[test]
+    fn chunks_and_held_blocks_past_the_budget_are_refused() {
+        let now = Instant::now();
+        let mut tx = SenderSession::new(vec![file_entry(0, b"a", 1 << 20)], 4096, 1 << 20);
+        tx.gate();
+        tx.expect(&dedup());
+        let own = tx.bookkeeping();
+        tx.admit(own + 100 * CHUNK_COST, None).unwrap();
+        let many = |n: usize, at: u8| Msg::Chunks {
+            file: wire::CACHE_FILE,
+            chunks: (0..n)
+                .map(|i| {
+                    (
+                        [
+                            at,
+                            i as u8,
+                            (i >> 8) as u8,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                        ],
+                        100,
+                    )
+                })
+                .collect(),
+        };
+        tx.handle(many(60, 1), now).unwrap();
+        let e = tx.handle(many(60, 2), now).unwrap_err();
+        assert!(
+            matches!(e, SenderError::Limit { what: "chunks", .. }),
+            "{e}"
+        );
+        assert_eq!(e.code(), ErrorCode::Limit);
+        // Held blocks: the same block announced again and again costs
+        // each time, so a flood ends.
+        let mut tx = SenderSession::new(vec![file_entry(0, b"a", 1 << 20)], 4096, 1 << 20);
+        tx.gate();
+        tx.admit(tx.bookkeeping() + 10 * HAVE_COST, None).unwrap();
+        let have = || Msg::Have {
+            file: 0,
+            blocks: (0..4).map(|i| (i, [0; 32])).collect(),
+        };
+        tx.handle(have(), now).unwrap();
+        tx.handle(have(), now).unwrap();
+        assert!(matches!(
+            tx.handle(have(), now),
+            Err(SenderError::Limit {
+                what: "held blocks",
+                ..
+            })
+        ));
+    }
+
+    /// the sources' own bookkeeping, which a pulling client chooses
+    /// (paths and block size), is checked against the budget and taken
+    /// from the shared memory, and given back when the session ends.
+    #[test]
+    fn sources_past_the_budget_or_the_shared_memory_are_refused() {
+        let big = vec![file_entry(0, b"big", 1 << 40)];
+        let mut tx = SenderSession::new(big, 64 << 10, 1 << 20);
+        let e = tx.admit(256 << 20, None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SenderError::TooLarge {
+                    blocks: 16_777_216,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--block-size"), "{e}");
+        let pool = Arc::new(Pool(std::sync::Mutex::new(0), 1 << 20));
+        let shared: Arc<dyn crate::receiver::Pool> = pool.clone();
+        let mut a = SenderSession::new(vec![file_entry(0, b"a", 1 << 30)], 64 << 10, 1 << 20);
+        let mut b = SenderSession::new(vec![file_entry(0, b"b", 1 << 30)], 64 << 10, 1 << 20);
+        a.admit(1 << 20, Some(shared.clone())).unwrap();
+        assert!(matches!(
+            b.admit(1 << 20, Some(shared.clone())),
+            Err(SenderError::Busy { .. })
+        ));
+        drop(a);
+        assert_eq!(*pool.0.lock().unwrap(), 0);
+        b.admit(1 << 20, Some(shared)).unwrap();
+    }
+
+    /// deleted paths are kept to show up to a bound, and counted
+    /// past it.
+    #[test]
+    fn deleted_paths_are_kept_to_a_bound_and_counted_past_it() {
+        let now = Instant::now();
+        let mut tx = SenderSession::new(vec![file_entry(0, b"a", 10)], 4, 1 << 20);
+        tx.expect(&wire::SyncOptions {
+            delete: true,
+            ..Default::default()
+        });
+        let message = |len: usize| Msg::Deleted(vec![vec![b'p'; len]; wire::DELETED_PER_MESSAGE]);
+        for _ in 0..20 {
+            tx.handle(message(10), now).unwrap();
+        }
+        assert_eq!(tx.deleted.len(), DELETED_KEPT);
+        assert_eq!(tx.deleted_count(), 20 * wire::DELETED_PER_MESSAGE as u64);
+        // Long paths reach the bound on bytes first.
+        let mut tx = SenderSession::new(vec![file_entry(0, b"a", 10)], 4, 1 << 20);
+        tx.expect(&wire::SyncOptions {
+            delete: true,
+            ..Default::default()
+        });
+        for _ in 0..2 {
+            tx.handle(message(4000), now).unwrap();
+        }
+        assert_eq!(tx.deleted.len(), DELETED_KEPT_BYTES / 4000);
+        assert_eq!(tx.deleted_count(), 2 * wire::DELETED_PER_MESSAGE as u64);
+    }
 
     /// A manifest entry for a file of `size` bytes.
     fn file_entry(id: u32, path: &[u8], size: u64) -> Entry {
@@ -744,6 +1112,7 @@ mod tests {
             1 << 20,
         );
         tx.gate();
+        tx.expect(&dedup());
         let now = Instant::now();
         assert_eq!(tx.next_block(now), Next::Wait, "held until answered");
         let ours = chunk::chunks(data);
@@ -778,6 +1147,7 @@ mod tests {
         // A plan that does not cover the file means it changed.
         let mut other = SenderSession::new(vec![file_entry(0, b"a", 12)], 4, 1 << 20);
         other.gate();
+        other.expect(&dedup());
         other
             .handle(
                 Msg::Chunks {
@@ -900,6 +1270,10 @@ mod tests {
             1 << 20,
         );
         dry.dry_run();
+        dry.expect(&wire::SyncOptions {
+            delete: true,
+            ..Default::default()
+        });
         dry.handle(Msg::Ready(vec![0, 1]), now).unwrap();
         assert_eq!(dry.listed, vec!["a".to_string(), "b".to_string()]);
         assert_eq!(dry.next_block(now), Next::Wait, "nothing is sent");

@@ -230,6 +230,81 @@ proptest! {
     }
 }
 
+// ---- sending sessions (P-43 R-1 … R-5): a hostile receiver's answers
+
+/// What a receiver may answer, valid or not: acks and nacks of any block,
+/// floods of chunks and held blocks, answers for files that are not
+/// waiting, deleted paths, notes, and messages no receiver sends.
+fn tx_msg(files: u32) -> impl Strategy<Value = Msg> {
+    let file = prop_oneof![10 => 0..files + 1, 1 => Just(wire::CACHE_FILE), 1 => any::<u32>()];
+    let index = prop_oneof![10 => 0u32..8, 1 => any::<u32>()];
+    let chunk = (any::<[u8; 16]>(), 0u32..1 << 20);
+    prop_oneof![
+        20 => proptest::collection::vec((file.clone(), index.clone()), 0..8).prop_map(Msg::Acks),
+        10 => (file.clone(), index.clone()).prop_map(|(file, index)| Msg::Nack { file, index }),
+        5 => file.clone().prop_map(|file| Msg::FileDone { file }),
+        20 => (file.clone(), proptest::collection::vec(chunk, 0..2000))
+            .prop_map(|(file, chunks)| Msg::Chunks { file, chunks }),
+        20 => (file.clone(), proptest::collection::vec((index.clone(), any::<[u8; 32]>()), 0..wire::HAVE_PER_MESSAGE))
+            .prop_map(|(file, blocks)| Msg::Have { file, blocks }),
+        5 => proptest::collection::vec(file.clone(), 0..4).prop_map(Msg::Ready),
+        5 => proptest::collection::vec(file.clone(), 0..4).prop_map(Msg::Skip),
+        10 => (1usize..wire::DELETED_PER_MESSAGE, 1usize..4096)
+            .prop_map(|(n, len)| Msg::Deleted(vec![vec![b'd'; len]; n])),
+        3 => ".{0,100}".prop_map(|text| Msg::Note { kind: wire::NoteKind::Other, text }),
+        1 => Just(Msg::Done(wire::Summary::default())),
+        1 => Just(Msg::Welcome),
+        1 => (file, index).prop_map(|(file, index)| Msg::Zeros(vec![(file, index)])),
+    ]
+}
+
+proptest! {
+    #![proptest_config(cases(300))]
+
+    /// Whatever the receiver answers: no panic, the bookkeeping stays
+    /// within the budget the session was admitted with, and the heap too
+    /// (with 4 MiB for the deleted paths kept to show and 1 MiB for the
+    /// player); an error is a `SenderError` with a code.
+    #[test]
+    fn a_hostile_receiver_never_breaks_a_sending_session(
+        sizes in proptest::collection::vec(0u64..1 << 20, 1..6),
+        (gated, dedup, delete) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        budget_kib in 64u64..4096,
+        msgs in proptest::collection::vec(tx_msg(6), 1..40),
+    ) {
+        let entries: Vec<Entry> = sizes.iter().enumerate().map(|(i, &size)| Entry {
+            id: i as u32,
+            path: format!("f{i}").into_bytes(),
+            kind: EntryKind::File { size, mode: 0o644, mtime: 0, mtime_nsec: 0 },
+            target: vec![],
+        }).collect();
+        let mut tx = session::SenderSession::new(entries, 4096, 1 << 20);
+        if gated {
+            tx.gate();
+        }
+        tx.expect(&wire::SyncOptions { dedup, delete, gated, ..Default::default() });
+        let budget = tx.bookkeeping() + (budget_kib << 10);
+        tx.admit(budget, None).unwrap();
+        let now = std::time::Instant::now();
+        let mut error = None;
+        let peak = heap_peak_of(|| {
+            for m in msgs {
+                if let Err(e) = tx.handle(m, now) {
+                    error = Some(e);
+                    break;
+                }
+                assert!(tx.bookkeeping() <= budget);
+            }
+        });
+        prop_assert!(tx.bookkeeping() <= budget);
+        prop_assert!((peak as u64) <= budget / 4 * 5 + (5 << 20), "heap grew by {peak}, budget {budget}");
+        if let Some(e) = error {
+            let _ = e.code();
+            prop_assert!(!e.to_string().is_empty());
+        }
+    }
+}
+
 // ---- the datagram receiver
 
 fn seq() -> impl Strategy<Value = Seq> {

@@ -529,6 +529,36 @@ fn decode_blocks(r: &mut Reader) -> Result<Vec<(u32, u32)>, DecodeError> {
 }
 
 impl Msg {
+    /// The message's kind, for an error that must not quote a peer's
+    /// message whole (a `Deleted` of 4 MiB, say).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Msg::Request(_) => "Request",
+            Msg::Accept { .. } => "Accept",
+            Msg::Entry(_) => "Entry",
+            Msg::ManifestEnd { .. } => "ManifestEnd",
+            Msg::FileEnd { .. } => "FileEnd",
+            Msg::Acks(_) => "Acks",
+            Msg::Nack { .. } => "Nack",
+            Msg::FileDone { .. } => "FileDone",
+            Msg::Error { .. } => "Error",
+            Msg::Done(_) => "Done",
+            Msg::Welcome => "Welcome",
+            Msg::UseTransport { .. } => "UseTransport",
+            Msg::Zeros(_) => "Zeros",
+            Msg::Chunks { .. } => "Chunks",
+            Msg::Ready(_) => "Ready",
+            Msg::Skip(_) => "Skip",
+            Msg::Digest { .. } => "Digest",
+            Msg::Deleted(_) => "Deleted",
+            Msg::DecodeSpeed { .. } => "DecodeSpeed",
+            Msg::Have { .. } => "Have",
+            Msg::Kept(_) => "Kept",
+            Msg::Note { .. } => "Note",
+            Msg::Packed { .. } => "Packed",
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {

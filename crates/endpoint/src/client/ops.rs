@@ -147,6 +147,7 @@ impl Connected {
             DataPlan::Udp(link) => (SendPath::Udp(link), 0, UDP_SEND_WINDOW),
         };
         let mut session = SenderSession::new(entries, self.cfg.block_size, window_bytes);
+        session.expect(&self.cfg.sync);
         if gated {
             transfer::gate_sender(&mut session, &self.cfg.sync, sources, self.cfg.block_size)?;
         }
@@ -216,7 +217,8 @@ impl Connected {
         let sources = Sources::new(walked.paths)
             .stamped(&walked.entries, &walked.inodes)
             .with_zeros(scan.finish());
-        let session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
+        let mut session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
+        session.expect(&self.cfg.sync);
         let how = Sending {
             rate: self.cfg.rate,
             compress: self.cfg.compress,

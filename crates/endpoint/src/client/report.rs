@@ -52,6 +52,8 @@ pub struct Report {
     pub listed_bytes: u64,
     /// `--delete`: paths removed (or that would be).
     pub deleted: Vec<String>,
+    /// Paths deleted past those listed in `deleted`.
+    pub deleted_more: u64,
     /// What the receiver noted about files (P-41): why a partial could
     /// not be resumed from, above all.
     pub notes: Vec<(wire::NoteKind, String)>,
@@ -123,6 +125,7 @@ impl Tail {
             listed: std::mem::take(&mut *p.listed.lock().unwrap_or_else(|e| e.into_inner())),
             listed_bytes: get(&p.listed_bytes),
             deleted: std::mem::take(&mut *p.deleted.lock().unwrap_or_else(|e| e.into_inner())),
+            deleted_more: get(&p.deleted_more),
             notes: std::mem::take(&mut *p.notes.lock().unwrap_or_else(|e| e.into_inner())),
             udp,
             duration: self.started.elapsed(),
