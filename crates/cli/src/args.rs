@@ -572,9 +572,15 @@ pub struct ServeArgs {
     /// Client public keys allowed in, one per line (default: $HAUL_HOME/authorized_keys).
     #[arg(long, value_name = "FILE")]
     pub authorized_keys: Option<PathBuf>,
-    /// Sessions served at once; more get a "busy" answer.
+    /// Sessions served at once; more get a "busy" answer. One client key
+    /// may run half of them, unless `sessions=N` in its line says.
     #[arg(long, default_value_t = 64)]
     pub max_sessions: usize,
+    /// Connections one address (an IPv6 /64) may have in their greeting
+    /// (not yet authenticated) at once, as sshd's PerSourceMaxStartups;
+    /// an address running an authenticated session is not held to it.
+    #[arg(long, default_value_t = endpoint::server::PER_SOURCE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub max_startups_per_source: usize,
     /// Seconds a client may stay silent (an outage, a hung host) before
     /// its session ends; what it pushed and was verified is kept for a
     /// resume.

@@ -195,6 +195,7 @@ pub fn run(a: ServeArgs) -> i32 {
         listen,
         tuning: tuning.clone(),
         max_sessions: a.max_sessions.max(1),
+        max_startups_per_source: a.max_startups_per_source,
         data_ports: a.data_ports,
         cache,
         tunnel_to: tunnel_driver::TunnelTargets::listed(a.tunnel_to.clone()),

@@ -61,7 +61,17 @@ fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String) {
 #[test]
 fn a_hundred_clients_and_bad_connections_leave_the_server_as_it_was() {
     let env = Env::new();
-    let server = env.serve_with(&["--max-sessions", "16", "--timeout", "5"]);
+    // A hundred clients from one address: past the per-source limit of
+    // unauthenticated connections, which `hostile_keys.rs` tries. One key,
+    // so 16 sessions at once: its share of 32.
+    let server = env.serve_with(&[
+        "--max-sessions",
+        "32",
+        "--timeout",
+        "5",
+        "--max-startups-per-source",
+        "1000",
+    ]);
     let data = random_bytes(1 << 20, 61);
     write_file(&env.root.join("f"), &data);
     let pull = |to: &str| {
@@ -143,15 +153,16 @@ fn a_hundred_clients_and_bad_connections_leave_the_server_as_it_was() {
         "held past the timeout"
     );
 
-    // A flood past the greeting limit: the extra connections are closed at
-    // once, and the server's threads stay bounded.
+    // A flood past the greeting limit: past half of it new connections
+    // are closed at random, past it all, and the server's threads stay
+    // bounded.
     let flood: Vec<_> = (0..endpoint::server::MAX_GREETING + 100)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", server.port)).ok())
         .collect();
     assert!(
         wait_until(Duration::from_secs(10), || {
             status(pid, "Threads") as usize
-                >= threads0 as usize + endpoint::server::MAX_GREETING - 8
+                >= threads0 as usize + endpoint::server::MAX_GREETING / 2
         }),
         "the flood did not reach the server"
     );

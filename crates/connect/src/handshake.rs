@@ -99,9 +99,16 @@ pub fn client(
         .write_all(&opening)
         .map_err(io_err("greeting the server"))?;
     let mut reply = [0u8; PreambleReply::LEN];
-    stream
-        .read_exact(&mut reply)
-        .map_err(io_err("reading the server's greeting"))?;
+    stream.read_exact(&mut reply).map_err(|e| {
+        // A daemon closes new connections at once while too many from
+        // everywhere, or from this address, are unauthenticated (as
+        // sshd's MaxStartups): worth trying again.
+        let mut e = io_err("reading the server's greeting")(e);
+        if e.code == ErrorCode::Protocol {
+            e.message += "; a haul daemon also closes new connections at once while too many unauthenticated ones are open (from everywhere, or from this address): try again in a moment";
+        }
+        e
+    })?;
     let reply = PreambleReply::decode(&reply).map_err(|_| {
         let shown = String::from_utf8_lossy(&reply).trim().to_string();
         TransferError::new(

@@ -269,6 +269,11 @@ impl Joins {
         }
     }
 
+    /// Whether `session` is listed: its client is authenticated.
+    pub fn is_listed(&self, session: &[u8; 16]) -> bool {
+        self.lock().contains_key(session)
+    }
+
     /// Waits until `session` has accepted its request, and returns what a
     /// connection needs to join it. `None` if the session ends first, or
     /// if no such session is listed within `unknown` (a preamble may

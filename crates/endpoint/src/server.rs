@@ -32,11 +32,14 @@ pub mod bucket;
 mod files;
 mod gather;
 use gather::gather;
+mod greetings;
 mod guards;
 mod memory;
 mod metrics;
 mod record;
-use guards::{Greeting, SessionGuard};
+use greetings::{Greeting, Greetings, Refused};
+pub use greetings::{GREETING_GRACE, MAX_GREETING, PER_SOURCE};
+use guards::SessionGuard;
 use memory::{MemoryPool, Reserved};
 mod keyed;
 mod keyring;
@@ -100,6 +103,9 @@ pub struct ServerConfig {
     pub transfer_log: TransferLog,
     /// `--metrics ADDR:PORT`: Prometheus metrics and the status page.
     pub metrics: Option<SocketAddr>,
+    /// Most connections one address may have in their greeting at once
+    /// (`--max-startups-per-source`, issue 39).
+    pub max_startups_per_source: usize,
     /// Each message asks the server to read its authorized keys again
     /// (SIGHUP) and end the running sessions their key's line no longer
     /// allows (issue 39).
@@ -129,8 +135,9 @@ struct Server {
     /// logged when it first shows, not for every session.
     key_warnings: std::sync::Mutex<Vec<String>>,
     /// Connections not yet past their handshake (or, for data
-    /// connections, their join).
-    greeting: Arc<AtomicUsize>,
+    /// connections, their join): how many, from where, for how long
+    /// (issue 39).
+    greetings: Arc<Greetings>,
     /// The session keyed in the ssh greetings, until its control
     /// connection joins (P-27).
     prekeyed: keyed::PrekeyedSlot,
@@ -139,13 +146,6 @@ struct Server {
     /// Each key's running sessions, its pace and quota (issue 39).
     keyring: keyring::Keyring,
 }
-
-/// Most connections in their greeting at once. Each holds a thread for at
-/// most the handshake timeout; past this many, a new connection is closed
-/// at once, so a flood of silent or garbage connections cannot take every
-/// thread and descriptor (like sshd's `MaxStartups`). Clients that
-/// authenticate are limited by `--max-sessions` instead.
-pub const MAX_GREETING: usize = 512;
 
 /// Binds and serves forever. `ready` is called with the bound address.
 /// With `--metrics`, `ready` is told the metrics address too.
@@ -177,6 +177,10 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
     let memory = cfg.memory;
     let prekeyed = keyed::PrekeyedSlot::new(cfg.prekeyed.take());
     let reloads = cfg.reload.take();
+    let greetings = Greetings::new(
+        cfg.max_startups_per_source,
+        cfg.data_ports.map(|r| (r.hi - r.lo) as usize + 1),
+    );
     let server = Arc::new(Server {
         cfg,
         joins: Joins::default(),
@@ -187,7 +191,7 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
             limit: memory,
         }),
         key_warnings: std::sync::Mutex::new(Vec::new()),
-        greeting: Arc::new(AtomicUsize::new(0)),
+        greetings,
         prekeyed,
         metrics: Arc::new(metrics::Metrics::new()),
         keyring: keyring::Keyring::default(),
@@ -206,14 +210,27 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
     let mut last_notice: Option<Instant> = None;
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
-        let Some(guard) = Greeting::enter(&server.greeting, MAX_GREETING) else {
-            if last_notice.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                tracing::warn!(
-                    "{MAX_GREETING} connections are still in their handshake; closing new ones until they finish or time out"
-                );
-                last_notice = Some(Instant::now());
+        let ip = match stream.peer_addr() {
+            Ok(a) => a.ip(),
+            Err(_) => continue,
+        };
+        let guard = match server.greetings.enter(&stream, ip) {
+            Ok(g) => g,
+            Err(why) => {
+                if last_notice.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    let what = match why {
+                        Refused::Full => format!("{MAX_GREETING} connections are in their greeting"),
+                        Refused::EarlyDrop => format!("over {} connections are in their greeting; closing some new ones at random", greetings::EARLY_DROP_FROM),
+                        Refused::Source => format!("{ip} has {} connections in their greeting (--max-startups-per-source)", server.cfg.max_startups_per_source),
+                    };
+                    tracing::warn!(
+                        "{what}: closing new connections until they finish or their {}s are over",
+                        GREETING_GRACE.as_secs()
+                    );
+                    last_notice = Some(Instant::now());
+                }
+                continue;
             }
-            continue;
         };
         let server = server.clone();
         std::thread::spawn(move || server.connection(stream, guard));
@@ -364,6 +381,12 @@ impl Server {
                 }
                 // A client dials its data connections right behind its
                 // request: this one waits for its session to accept it.
+                // Naming an authenticated session, it is that session's to
+                // bound from now on (issue 39).
+                let mut greeting = greeting;
+                if self.joins.is_listed(&pre.session) {
+                    greeting.joined_session();
+                }
                 let slot = self.joins.wait(&pre.session, handshake::HANDSHAKE_TIMEOUT);
                 let Some((j, accepted)) = slot.and_then(|j| Some((j.clone(), j.accepted?))) else {
                     tracing::info!("{peer}: data connection for no session; dropped");
@@ -434,13 +457,20 @@ impl Server {
         // rides behind message three (P-23).
         let local = stream.local_addr();
         let mut udp = None;
+        // Before authentication a socket is opened only while the peer's
+        // address holds no other and few are held so (issue 39);
+        // otherwise it is opened for the request, and named in `Accept`.
+        let ip = stream.peer_addr().map(|a| a.ip());
+        let early = ip.ok().and_then(|ip| self.greetings.early_udp(ip));
         let est = handshake::server(&mut stream, pre, &self.cfg.key, || {
-            udp = self.open_udp(local);
+            if early.is_some() {
+                udp = self.open_udp(local);
+            }
             udp.as_ref()
                 .and_then(|c: &udp::UdpChannel| c.local_addr().ok())
                 .map_or(0, |a| a.port())
         });
-        drop(greeting);
+        drop((greeting, early));
         let est = est?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
@@ -493,6 +523,12 @@ impl Server {
             }
             Err(msg) => return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg)),
         };
+        // Its address's data connections are this session's to bound.
+        let _trusted = ctrl_r
+            .get_ref()
+            .peer_addr()
+            .ok()
+            .map(|a| self.greetings.trust(a.ip()));
         let _guard =
             match SessionGuard::enter(&self.active, self.cfg.max_sessions, release_freed_memory) {
                 Some(g) => g,
@@ -748,9 +784,19 @@ impl Server {
             Side::Send(..) | Side::Tunnel(_) => false,
         };
         let session_id = est.keys.session_id();
-        // The socket opened in the handshake serves a UDP request only.
-        let udp = udp.filter(|_| req.transport == TRANSPORT_UDP);
-        let udp_port = udp.as_ref().map_or(0, |_| est.udp_port);
+        // The socket opened in the handshake serves a UDP request only;
+        // one not opened then is opened now that the client is known, and
+        // named in `Accept` (P-23, issue 39).
+        let udp = match udp {
+            None if req.transport == TRANSPORT_UDP && est.udp_port == 0 => {
+                self.open_udp(ctrl_r.get_ref().local_addr())
+            }
+            u => u.filter(|_| req.transport == TRANSPORT_UDP),
+        };
+        let udp_port = udp
+            .as_ref()
+            .and_then(|c| c.local_addr().ok())
+            .map_or(0, |a| a.port());
         let streams = budget.streams;
         listed.open(Accepted {
             protection,

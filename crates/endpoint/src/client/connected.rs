@@ -375,8 +375,11 @@ impl Connected {
         let asked_at = Instant::now();
         let sent = self.ctrl_w.send_msg(&Msg::Request(req));
         // The hello rides right behind the request, to the port message two
-        // named; the server answers it once it accepts (P-23).
-        let hello = asked_udp.then(|| self.udp_hello());
+        // named; the server answers it once it accepts (P-23). A server
+        // that named none there opens its socket once it knows the client,
+        // and names it in `Accept`: the hello then follows that.
+        let late_udp = asked_udp && self.udp_port == 0;
+        let hello = (asked_udp && !late_udp).then(|| self.udp_hello());
         // So do the data connections, all at once: the server holds their
         // joins until it accepts (P-20), so their round trip overlaps the
         // answer's instead of following it, one per connection.
@@ -407,6 +410,10 @@ impl Connected {
         };
         self.progress.timeline.mark(Mark::Accepted);
         let mut hello = hello;
+        if late_udp {
+            self.udp_port = udp_port;
+            hello = Some(self.udp_hello());
+        }
         if self.route.is_some() {
             // No handshake timed the path: the answer did, through the ssh
             // channel (which adds its own little time to it).
@@ -419,7 +426,7 @@ impl Connected {
             Some(format!(
                 "server asked for {streams} streams where {requested} were offered"
             ))
-        } else if asked_udp && udp_port != self.udp_port {
+        } else if asked_udp && !late_udp && udp_port != self.udp_port {
             Some(format!(
                 "server named UDP port {udp_port} in its answer but {} in the handshake",
                 self.udp_port

@@ -1,27 +1,7 @@
-//! Counted connections: one in its greeting, one session running, each
-//! let go when dropped (P-39).
+//! Counted sessions: one running, let go when dropped (P-39). Connections
+//! in their greeting are counted in `greetings`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-/// A connection counted in [`Server::greeting`] until dropped.
-pub(super) struct Greeting(Arc<AtomicUsize>);
-
-impl Greeting {
-    pub(super) fn enter(count: &Arc<AtomicUsize>, max: usize) -> Option<Greeting> {
-        if count.fetch_add(1, Ordering::AcqRel) >= max {
-            count.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Greeting(count.clone()))
-    }
-}
-
-impl Drop for Greeting {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// A session counted in `active` until dropped; `on_drop` runs then.
 pub(super) struct SessionGuard<'a>(&'a AtomicUsize, fn());
