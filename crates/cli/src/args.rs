@@ -542,6 +542,13 @@ pub struct ServeArgs {
     /// transfers running. Bind it where only operators reach it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// A name the metrics may be asked for by (the HTTP Host, as in
+    /// http://NAME:9750/metrics), besides an address and localhost;
+    /// repeat for more. Any other name is refused, so that a web page
+    /// cannot read the status through an operator's browser (DNS
+    /// rebinding).
+    #[arg(long, value_name = "NAME")]
+    pub metrics_host: Vec<String>,
     /// How the daemon logs each finished session: a line of text, or one
     /// JSON object a line (who, what, bytes, wire bytes, seconds, outcome)
     /// for a log collector.

@@ -2,17 +2,71 @@
 //! `HAUL_LOG`, always on stderr so stdout stays for `--json`. The S3
 //! SDK's own lines (a region not found in instance metadata, say) only at
 //! `-vv`: haul says what failed in its own words.
+//!
+//! A daemon's log is read by operators and collectors, and carries text
+//! its clients chose (paths, error messages): there every control
+//! character is written escaped (`\n`, `\x1b`), so a client cannot forge
+//! a line or a terminal sequence (issue 39), and there are no colours.
 
-pub fn init(verbose: u8) {
+use std::io::Write;
+
+fn filter(verbose: u8) -> tracing_subscriber::EnvFilter {
     let level = match verbose {
         0 => "warn,aws_config=error,aws_smithy_runtime=error,aws_sdk_s3=error",
         1 => "info,aws_config=error,aws_smithy_runtime=error,aws_sdk_s3=error",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level))
+}
+
+pub fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(filter(verbose))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// A daemon's log: peer text escaped, no colours.
+pub fn init_daemon(verbose: u8) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter(verbose))
+        .with_ansi(false)
+        .with_writer(|| Escaped(std::io::stderr()))
+        .try_init();
+}
+
+/// Writes each line with its control characters escaped, but its end.
+struct Escaped<W>(W);
+
+impl<W: Write> Write for Escaped<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let (body, end) = match buf.strip_suffix(b"\n") {
+            Some(b) => (b, "\n"),
+            None => (buf, ""),
+        };
+        let line = endpoint::server::printable(&String::from_utf8_lossy(body)) + end;
+        self.0.write_all(line.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_newline_or_escape_cannot_forge_a_log_line() {
+        let mut out = Escaped(Vec::new());
+        out.write_all(b"WARN peer: refused \"x\nINFO forged\x1b[2J\"\n")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.0).unwrap(),
+            "WARN peer: refused \"x\\nINFO forged\\u{1b}[2J\"\n"
+        );
+    }
 }

@@ -166,7 +166,7 @@ impl Reach {
                     ))
                 })?,
                 remote_haul: match (a.push_haul, a.remote_haul.as_str()) {
-                    (true, "haul") => ssh::install::cached_or("haul"),
+                    (true, "haul") => ssh::install::cached_or("haul")?,
                     _ => a.remote_haul.clone(),
                 },
                 push_haul: if a.push_haul {

@@ -113,7 +113,7 @@ pub fn run(a: ServeArgs) -> i32 {
     if a.stdio {
         return stdio(a);
     }
-    init_logging(a.common.verbose.max(1));
+    crate::logging::init_daemon(a.common.verbose.max(1));
     let fail = |code: i32, msg: String| {
         eprintln!("haul serve: {msg}");
         code
@@ -195,6 +195,7 @@ pub fn run(a: ServeArgs) -> i32 {
         listen,
         tuning: tuning.clone(),
         max_sessions: a.max_sessions.max(1),
+        metrics_hosts: a.metrics_host.clone(),
         max_startups_per_source: a.max_startups_per_source,
         data_ports: a.data_ports,
         cache,

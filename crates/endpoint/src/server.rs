@@ -50,6 +50,7 @@ pub use limits::{
     check_policy, data_frame_max, parse_protection, protection_of, SessionBudget, DAEMON_MEMORY,
     SESSION_MEMORY,
 };
+pub use record::printable;
 
 /// How long the server waits for the client's hello and choice of transport.
 const UDP_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -103,6 +104,9 @@ pub struct ServerConfig {
     pub transfer_log: TransferLog,
     /// `--metrics ADDR:PORT`: Prometheus metrics and the status page.
     pub metrics: Option<SocketAddr>,
+    /// Names a request to the metrics listener may give in `Host`
+    /// besides an address (`--metrics-host`, issue 39).
+    pub metrics_hosts: Vec<String>,
     /// Most connections one address may have in their greeting at once
     /// (`--max-startups-per-source`, issue 39).
     pub max_startups_per_source: usize,
@@ -205,7 +209,7 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
         });
     }
     if let Some(l) = page {
-        metrics::serve_http(l, server.metrics.clone());
+        metrics::serve_http(l, server.metrics.clone(), server.cfg.metrics_hosts.clone());
     }
     let mut last_notice: Option<Instant> = None;
     for conn in listener.incoming() {

@@ -5,6 +5,14 @@
 //! ssh start runs that copy. Only to a host of this one's system and
 //! architecture (`uname -sm`); anything else is said plainly. A copy
 //! already there with the same hash is used as it is.
+//!
+//! What runs is checked every time, not only when it is put there (issue
+//! 39): before each start the remote shell compares the copy's SHA-256
+//! with this program's, and runs it only from a directory the login owns
+//! that neither its group nor others may write (nor the copy itself).
+//! Another build there is not run (haul on the PATH is, or a new copy is
+//! pushed); a copy or directory that is not the login's own, or that
+//! others may write, is refused with a line saying so.
 
 use std::io::{IsTerminal, Write};
 use std::process::Stdio;
@@ -23,15 +31,46 @@ pub fn remote_path() -> String {
     format!("{CACHE}/haul-{RELEASE}-p{PROTOCOL_VERSION}")
 }
 
+/// A shell function for the remote side: whether `ls -ld`'s line says
+/// its group or others may write.
+const WRITABLE: &str = "w() { case \"$1\" in ?????w*|????????w*) return 0;; *) return 1;; esac; }";
+
 /// With `--push-haul`, how the remote shell runs haul: the copy pushed
-/// before if it is there (it was checked when it was put there, in the
-/// login's own cache), else `haul` from the PATH; so a later run needs
-/// one ssh start, not three.
-pub fn cached_or(default: &str) -> String {
+/// before, if it is there and is this haul, else `default` (`haul` from
+/// the PATH); so a later run needs one ssh start, not three. The copy is
+/// checked before every start ([`guarded`]).
+pub fn cached_or(default: &str) -> Result<String, TransferError> {
+    Ok(guarded(&this_sum()?.1, default))
+}
+
+/// The remote shell's words that name the program to run: the cached copy
+/// if its SHA-256 is `sum` and it and its directory are the login's own
+/// and written by no one else; `otherwise` if it is absent or another
+/// build; and if it is unsafe, `false`, with a line on standard error
+/// saying why (the start then fails, exit 1).
+fn guarded(sum: &str, otherwise: &str) -> String {
     format!(
-        "\"$(f=\"{}\"; [ -x \"$f\" ] && echo \"$f\" || echo {default})\"",
-        remote_path()
+        "\"$(f=\"{path}\"; d=\"${{f%/*}}\"; {WRITABLE}; \
+         if [ ! -e \"$f\" ]; then echo {otherwise}; \
+         elif [ ! -O \"$d\" ] || [ ! -O \"$f\" ] || w \"$(ls -ld \"$d\")\" || w \"$(ls -ld \"$f\")\"; then \
+           echo \"haul: refusing to run $f: it or its directory is not this login's own, or others may write it; remove it, or make both the login's own and not writable by group or others\" >&2; echo false; \
+         else s=$(sha256sum \"$f\" 2>/dev/null); if [ \"${{s%% *}}\" = {sum} ]; then echo \"$f\"; else echo {otherwise}; fi; fi)\"",
+        path = remote_path()
     )
+}
+
+/// This program, and its SHA-256 in hex.
+fn this_sum() -> Result<(Vec<u8>, String), TransferError> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::read)
+        .map_err(|e| {
+            TransferError::new(
+                ErrorCode::Ssh,
+                format!("cannot read this haul program to copy or check it: {e}"),
+            )
+        })?;
+    let sum = hex(ring::digest::digest(&ring::digest::SHA256, &exe).as_ref());
+    Ok((exe, sum))
 }
 
 /// Whether a failed start means the remote host has no haul of this
@@ -64,15 +103,7 @@ fn hex(b: &[u8]) -> String {
 /// asking first unless `how` is `Always`; returns the `--remote-haul`
 /// that runs it.
 pub fn push(spec: &SshSpec, how: PushHaul, why: &TransferError) -> Result<String, TransferError> {
-    let exe = std::env::current_exe()
-        .and_then(std::fs::read)
-        .map_err(|e| {
-            TransferError::new(
-                ErrorCode::Ssh,
-                format!("cannot read this haul program to copy it: {e}"),
-            )
-        })?;
-    let sum = hex(ring::digest::digest(&ring::digest::SHA256, &exe).as_ref());
+    let (exe, sum) = this_sum()?;
     let path = remote_path();
     // What the remote host is, and what its cache holds.
     let probe =
@@ -94,7 +125,7 @@ pub fn push(spec: &SshSpec, how: PushHaul, why: &TransferError) -> Result<String
     }
     if lines.next().and_then(|l| l.split_whitespace().next()) == Some(sum.as_str()) {
         tracing::info!("{} has this haul in its cache already", spec.host);
-        return Ok(path);
+        return Ok(guarded(&sum, "false"));
     }
     if how == PushHaul::Ask && !ask(spec, exe.len(), why)? {
         return Err(TransferError::new(
@@ -105,12 +136,25 @@ pub fn push(spec: &SshSpec, how: PushHaul, why: &TransferError) -> Result<String
             ),
         ));
     }
-    // Written under a temporary name, checked, then moved into place.
+    // Only into a directory the login owns and no one else may write;
+    // written under a temporary name, checked, then moved into place.
     let install = format!(
-        "umask 077; d=\"{CACHE}\"; mkdir -p \"$d\" && t=$(mktemp \"$d/.haul.XXXXXX\") && cat > \"$t\" && s=$(sha256sum \"$t\") && [ \"${{s%% *}}\" = {sum} ] && chmod 700 \"$t\" && mv -f \"$t\" \"{path}\" || {{ rm -f \"$t\"; exit 3; }}"
+        "umask 077; d=\"{CACHE}\"; {WRITABLE}; mkdir -p \"$d\" || exit 3; \
+         if [ ! -O \"$d\" ] || w \"$(ls -ld \"$d\")\"; then echo \"$d is not this login's own, or others may write it\" >&2; exit 4; fi; \
+         t=$(mktemp \"$d/.haul.XXXXXX\") && cat > \"$t\" && s=$(sha256sum \"$t\") && [ \"${{s%% *}}\" = {sum} ] && chmod 700 \"$t\" && mv -f \"$t\" \"{path}\" || {{ rm -f \"$t\"; exit 3; }}"
     );
     let t0 = std::time::Instant::now();
     let out = spec.run(&install, &exe)?;
+    if out.status.code() == Some(4) {
+        return Err(TransferError::new(
+            ErrorCode::Ssh,
+            format!(
+                "refusing to copy haul to {}: {}; haul runs a copy only from a directory the login owns that no one else may write (set XDG_CACHE_HOME there, or fix the directory's owner and mode)",
+                spec.host,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
     if !out.status.success() {
         return Err(TransferError::new(
             ErrorCode::Ssh,
@@ -129,7 +173,8 @@ pub fn push(spec: &SshSpec, how: PushHaul, why: &TransferError) -> Result<String
         spec.host,
         t0.elapsed().as_secs_f64()
     );
-    Ok(path)
+    // Run through the same check, in case it was swapped meanwhile.
+    Ok(guarded(&sum, "false"))
 }
 
 /// Asks on the terminal; no terminal is a no.

@@ -186,6 +186,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         listen: bound,
         tuning: opts.tuning,
         max_sessions: 4,
+        metrics_hosts: Vec::new(),
         max_startups_per_source: endpoint::server::PER_SOURCE,
         data_ports: opts.data_ports,
         cache: opts.cache,

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,8 @@ use super::record::Record;
 
 /// Finished sessions the page lists.
 const LAST: usize = 20;
-/// Scrapes and page loads served at once; more wait for the listener.
+/// Clients still sending their request at once; a new one takes the
+/// place of the oldest.
 const MAX_CLIENTS: usize = 16;
 
 const PAGE: &str = include_str!("status.html");
@@ -236,44 +237,119 @@ impl Metrics {
 }
 
 /// Serves `/metrics`, `/status.json` and `/` on `listener`, on threads of
-/// its own, until the process ends.
-pub(crate) fn serve_http(listener: TcpListener, metrics: Arc<Metrics>) {
-    let busy = Arc::new(AtomicUsize::new(0));
+/// its own, until the process ends. `hosts`: the names a request's `Host`
+/// may give besides an address (`--metrics-host`).
+pub(crate) fn serve_http(listener: TcpListener, metrics: Arc<Metrics>, hosts: Vec<String>) {
+    let reading = Arc::new(Reading::default());
+    let hosts = Arc::new(hosts);
+    let loopback = listener
+        .local_addr()
+        .is_ok_and(|a| a.ip().is_loopback() || a.ip().is_unspecified());
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-                busy.fetch_sub(1, Ordering::AcqRel);
+            let Some(id) = reading.enter(&conn) else {
                 continue;
-            }
-            let (m, busy) = (metrics.clone(), busy.clone());
+            };
+            let (m, reading, hosts) = (metrics.clone(), reading.clone(), hosts.clone());
             std::thread::spawn(move || {
-                let _ = answer(conn, &m);
-                busy.fetch_sub(1, Ordering::AcqRel);
+                let _ = answer(conn, &m, &reading, id, &hosts, loopback);
+                reading.leave(id);
             });
         }
     });
 }
 
+/// Time a client has to send its request line and headers, in all.
+const REQUEST_TIME: Duration = Duration::from_secs(2);
+
+/// The connections still sending their request (issue 39): at most
+/// [`MAX_CLIENTS`]; a new one takes the place of the one that has taken
+/// longest, so slow clients cannot keep a scrape out.
+#[derive(Default)]
+struct Reading {
+    conns: Mutex<Vec<(u64, Instant, TcpStream)>>,
+    next: AtomicU64,
+}
+
+impl Reading {
+    fn enter(&self, conn: &TcpStream) -> Option<u64> {
+        let clone = conn.try_clone().ok()?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut c = lock(&self.conns);
+        if c.len() >= MAX_CLIENTS {
+            // The oldest goes: it has had the most time already.
+            let (_, _, oldest) = c.remove(0);
+            let _ = oldest.shutdown(std::net::Shutdown::Both);
+        }
+        c.push((id, Instant::now(), clone));
+        Some(id)
+    }
+
+    fn leave(&self, id: u64) {
+        lock(&self.conns).retain(|(i, ..)| *i != id);
+    }
+}
+
+/// Whether a request's `Host` may be answered: none (not a browser), an
+/// address, `localhost` on a loopback or wildcard listener, or a name
+/// `--metrics-host` lists. Any other name is what a page that rebound
+/// its own name to this address would send (DNS rebinding).
+fn host_allowed(host: Option<&str>, hosts: &[String], loopback: bool) -> bool {
+    let Some(host) = host.map(str::trim) else {
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || (loopback && name.eq_ignore_ascii_case("localhost"))
+        || hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
 /// One request, one answer, then the connection closes. Only the request
-/// line is read (at most 8 KiB, within 5 s): nothing a client sends is
-/// kept.
-fn answer(mut conn: TcpStream, m: &Metrics) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+/// line and headers are read (at most 8 KiB, within 2 s in all): nothing a
+/// client sends is kept.
+fn answer(
+    mut conn: TcpStream,
+    m: &Metrics,
+    reading: &Reading,
+    id: u64,
+    hosts: &[String],
+    loopback: bool,
+) -> std::io::Result<()> {
     conn.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let deadline = Instant::now() + REQUEST_TIME;
     let mut buf = vec![0u8; 8192];
     let mut got = 0;
     while got < buf.len() && !buf[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        conn.set_read_timeout(Some(left))?;
         let n = conn.read(&mut buf[got..])?;
         if n == 0 {
             break;
         }
         got += n;
     }
+    reading.leave(id);
     let head = String::from_utf8_lossy(&buf[..got]);
-    let mut words = head.split_whitespace();
+    let mut lines = head.split("\r\n");
+    let mut words = lines.next().unwrap_or("").split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    let host = lines.find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case("host").then_some(v)
+    });
     let (status, kind, body) = match (method, path) {
+        _ if !host_allowed(host, hosts, loopback) => (
+            "421 Misdirected Request",
+            "text/plain",
+            "this daemon answers its metrics only to its own address or the names --metrics-host lists\n".into(),
+        ),
         ("GET", "/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
@@ -298,4 +374,28 @@ fn answer(mut conn: TcpStream, m: &Metrics) -> std::io::Result<()> {
 /// Binds `addr` for the metrics and the status page.
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_not_listed_is_what_a_rebound_page_sends_and_is_refused() {
+        let hosts = vec!["dtn1.example.org".to_string()];
+        for ok in [
+            None,
+            Some("127.0.0.1:9090"),
+            Some("[::1]:9090"),
+            Some("10.1.2.3"),
+            Some("localhost:9090"),
+            Some("DTN1.example.org:9090"),
+        ] {
+            assert!(host_allowed(ok, &hosts, true), "{ok:?}");
+        }
+        for bad in [Some("attacker.example:9090"), Some("dtn1.example.org.evil")] {
+            assert!(!host_allowed(bad, &hosts, true), "{bad:?}");
+        }
+        assert!(!host_allowed(Some("localhost"), &hosts, false));
+    }
 }

@@ -152,12 +152,12 @@ impl Record {
             format!(
                 "failed (exit {}): {}",
                 e["code"],
-                e["error"].as_str().unwrap_or("")
+                printable(e["error"].as_str().unwrap_or(""))
             )
         };
         Some(format!(
             "transfer: {} ({}) from {} {} {}: {} files, {} bytes, {} on the wire, {:.2} s, {outcome}",
-            e["who"].as_str().unwrap_or("-"),
+            printable(e["who"].as_str().unwrap_or("-")),
             e["key"].as_str().unwrap_or(""),
             self.peer,
             e["op"].as_str().unwrap_or(""),
@@ -168,6 +168,23 @@ impl Record {
             took.as_secs_f64()
         ))
     }
+}
+
+/// `text` with every control character escaped (`\n`, `\u{1b}`), as a
+/// log line may carry it: text a client chose (a path, an error message)
+/// must not forge a line or a terminal sequence (issue 39).
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -198,5 +215,14 @@ mod tests {
             t.contains("alice@lab (b3:00)") && t.contains("failed (exit 9): disk full"),
             "{t}"
         );
+        // A path or message a client chose cannot forge a line.
+        r.request(&wire::Op::Pull, &["x\ntransfer: forged".to_string()], &p);
+        let forged = Err(TransferError::new(
+            wire::ErrorCode::NotFound,
+            "no x\nforged\x1b[2J",
+        ));
+        let t = r.line(&forged, Duration::from_secs(2), false).unwrap();
+        assert!(!t.contains('\n') && !t.contains('\x1b'), "{t}");
+        assert!(t.contains("no x\\nforged\\u{1b}[2J"), "{t}");
     }
 }
