@@ -290,24 +290,11 @@ impl Client {
         self.ctrl_w
             .send_msg(&Msg::Request(req))
             .map_err(|e| TransferError::lost("sending the request", &e))?;
-        let hello = if udp {
-            if self.udp_port == 0 {
-                return Err(TransferError::new(
-                    ErrorCode::Connect,
-                    "the daemon offered no UDP port",
-                ));
-            }
-            let mut channel = udp::UdpChannel::bind("127.0.0.1:0".parse().expect("literal"))
-                .map_err(|e| TransferError::new(ErrorCode::Connect, e.to_string()))?;
-            let (send_key, recv_key) = datagram::keys(&self.keys, protection, true);
-            let server = SocketAddr::new(self.addr.ip(), self.udp_port);
-            let hello =
-                setup::client_hello(&mut channel, server, self.keys.session_id(), &send_key)
-                    .map_err(|e| TransferError::new(ErrorCode::Connect, e.0))?;
-            Some((channel, hello, send_key, recv_key))
-        } else {
-            None
-        };
+        // The hello goes right behind the request to the port message two
+        // named, or, where it named none, after `Accept` names one (P-23).
+        let hello = (udp && self.udp_port != 0)
+            .then(|| self.hello(protection))
+            .transpose()?;
         let mut answers = Vec::new();
         for _ in 0..2 {
             let (mut got, how) = read_for(&mut self.ctrl_r, WAIT, |_| true);
@@ -346,6 +333,19 @@ impl Client {
                 ))
             }
         };
+        let hello = match hello {
+            None if udp && accepted.udp_port != 0 => {
+                self.udp_port = accepted.udp_port;
+                Some(self.hello(protection)?)
+            }
+            None if udp => {
+                return Err(TransferError::new(
+                    ErrorCode::Connect,
+                    "the daemon offered no UDP port",
+                ))
+            }
+            h => h,
+        };
         if let Some((mut channel, hello, send_key, recv_key)) = hello {
             let payload = setup::client(
                 &mut channel,
@@ -378,6 +378,21 @@ impl Client {
                 .push(client_join(s, &self.keys, i, protection, &self.progress)?);
         }
         Ok(accepted)
+    }
+
+    /// Opens a UDP socket and sends the hello to the daemon's port.
+    #[allow(clippy::type_complexity)]
+    fn hello(
+        &self,
+        protection: Protection,
+    ) -> Result<(udp::UdpChannel, setup::Hello, DatagramKey, DatagramKey), TransferError> {
+        let mut channel = udp::UdpChannel::bind("127.0.0.1:0".parse().expect("literal"))
+            .map_err(|e| TransferError::new(ErrorCode::Connect, e.to_string()))?;
+        let (send_key, recv_key) = datagram::keys(&self.keys, protection, true);
+        let server = SocketAddr::new(self.addr.ip(), self.udp_port);
+        let hello = setup::client_hello(&mut channel, server, self.keys.session_id(), &send_key)
+            .map_err(|e| TransferError::new(ErrorCode::Connect, e.0))?;
+        Ok((channel, hello, send_key, recv_key))
     }
 
     /// Sends control messages (packed as the real peer packs them).
@@ -594,4 +609,47 @@ impl Served {
             let _ = d.writer.get_ref().shutdown(std::net::Shutdown::Both);
         }
     }
+}
+
+/// A handshake left half done (issue 39): the preamble and Noise message
+/// one, wishing for a UDP port if `wish_udp`, then message two read, and
+/// nothing more. Returns the connection, still open, and the UDP port the
+/// daemon named in message two (0: none).
+pub fn half_open(
+    addr: SocketAddr,
+    identity: &Keypair,
+    wish_udp: bool,
+) -> io::Result<(TcpStream, u16)> {
+    use std::io::Read;
+    use wire::{HandshakeAnswer, Preamble, PreambleReply, PROTOCOL_VERSION};
+    let mut s = TcpStream::connect_timeout(&addr, WAIT)?;
+    s.set_read_timeout(Some(WAIT))?;
+    let pre = Preamble {
+        version: PROTOCOL_VERSION,
+        kind: ConnKind::Control,
+        session: [0; 16],
+        stream: 0,
+    };
+    let expected = PreambleReply {
+        version: PROTOCOL_VERSION,
+        accepted: true,
+    };
+    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
+    let wishes = HandshakeWishes { udp_port: wish_udp }.encode();
+    let (mut hs, m1) = secure::ClientHandshake::start(identity, &greeting, &wishes)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let mut opening = pre.encode().to_vec();
+    opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
+    opening.extend_from_slice(&m1);
+    s.write_all(&opening)?;
+    let mut reply = [0u8; PreambleReply::LEN];
+    s.read_exact(&mut reply)?;
+    let m2 = connect::framed::read_raw(&mut s)?;
+    let (_, answer) = hs
+        .read_reply(&m2)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let port = HandshakeAnswer::decode(&answer)
+        .map_err(|e| io::Error::other(e.to_string()))?
+        .udp_port;
+    Ok((s, port))
 }

@@ -20,8 +20,9 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// (P-37); version 11 data connections that join before `Accept` (P-20);
 /// version 13 the ssh start's handshake in the greetings and its keyed
 /// control connection (P-27); version 14 a push that is one shard of a
-/// transfer split across hosts (P-42).
-pub const PROTOCOL_VERSION: u16 = 14;
+/// transfer split across hosts (P-42); version 15 a UDP port named only in
+/// `Accept`, opened once the client is authenticated (P-23, P-43).
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
