@@ -208,3 +208,32 @@ fn manifest_totals_must_match() {
     rx.handle(file(1, "f", 6)).unwrap();
     assert!(rx.handle(Msg::ManifestEnd { files: 1, bytes: 7 }).is_err());
 }
+
+/// P-43: each announcement of the sender is taken once, and only where
+/// the session uses it; every other kind is a protocol error that names
+/// the kind, never quoting the message.
+#[test]
+fn announcements_are_taken_once_and_only_where_they_belong() {
+    let mut rx = ReceiverSession::new(4);
+    rx.handle(file(1, "f", 6)).unwrap();
+    rx.handle(Msg::ManifestEnd { files: 1, bytes: 6 }).unwrap();
+    assert!(matches!(
+        rx.handle(Msg::ManifestEnd { files: 1, bytes: 6 }),
+        Err(ReceiverError::Protocol(m)) if m.contains("twice")
+    ));
+    let digest = FileDigest::of(6, [[0; 32], [1; 32]].iter());
+    rx.handle(Msg::FileEnd { file: 1, digest }).unwrap_or_default();
+    assert!(rx.handle(Msg::FileEnd { file: 1, digest }).is_err(), "twice");
+    assert!(
+        rx.handle(Msg::Digest { file: 1, digest }).is_err(),
+        "a digest no --checksum asked for"
+    );
+    let big = Msg::Deleted(vec![vec![b'x'; 4000]; 1024]);
+    match rx.handle(big) {
+        Err(ReceiverError::Protocol(m)) => assert!(m.len() < 200 && m.contains("Deleted"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    for m in [Msg::Acks(vec![]), Msg::Welcome, Msg::Ready(vec![1]), Msg::Have { file: 1, blocks: vec![] }] {
+        assert!(matches!(rx.handle(m), Err(ReceiverError::Protocol(_))));
+    }
+}
