@@ -64,6 +64,33 @@ fn io_err(what: &str) -> impl Fn(std::io::Error) -> TransferError + '_ {
     }
 }
 
+/// What a client opens a control connection with: its preamble and Noise
+/// message one, built on the only reply worth going on with (accepted,
+/// our version): one round trip less (P-2). A server that answers
+/// anything else has its reply read and reported before message two, and
+/// the handshake goes no further.
+pub fn opening(
+    identity: &Keypair,
+    wishes: HandshakeWishes,
+) -> Result<(ClientHandshake, Vec<u8>), TransferError> {
+    let pre = Preamble {
+        version: PROTOCOL_VERSION,
+        kind: ConnKind::Control,
+        session: [0; 16],
+        stream: 0,
+    };
+    let expected = PreambleReply {
+        version: PROTOCOL_VERSION,
+        accepted: true,
+    };
+    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
+    let (hs, m1) = ClientHandshake::start(identity, &greeting, &wishes.encode()).map_err(hs_err)?;
+    let mut opening = pre.encode().to_vec();
+    opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
+    opening.extend_from_slice(&m1);
+    Ok((hs, opening))
+}
+
 /// Client side. `check` decides whether the server's key is trusted;
 /// `wishes` go in message one.
 pub fn client(
@@ -74,26 +101,7 @@ pub fn client(
 ) -> Result<Established, TransferError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
     crate::net::tune_control(stream);
-    let pre = Preamble {
-        version: PROTOCOL_VERSION,
-        kind: ConnKind::Control,
-        session: [0; 16],
-        stream: 0,
-    };
-    // Message one goes with the preamble, built on the only reply worth
-    // going on with (accepted, our version): one round trip less (P-2). A
-    // server that answers anything else has its reply read and reported
-    // below, before message two, and the handshake goes no further.
-    let expected = PreambleReply {
-        version: PROTOCOL_VERSION,
-        accepted: true,
-    };
-    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
-    let (mut hs, m1) =
-        ClientHandshake::start(identity, &greeting, &wishes.encode()).map_err(hs_err)?;
-    let mut opening = pre.encode().to_vec();
-    opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
-    opening.extend_from_slice(&m1);
+    let (mut hs, opening) = opening(identity, wishes)?;
     let t0 = Instant::now();
     stream
         .write_all(&opening)

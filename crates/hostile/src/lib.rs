@@ -621,26 +621,11 @@ pub fn half_open(
     wish_udp: bool,
 ) -> io::Result<(TcpStream, u16)> {
     use std::io::Read;
-    use wire::{HandshakeAnswer, Preamble, PreambleReply, PROTOCOL_VERSION};
+    use wire::{HandshakeAnswer, PreambleReply};
     let mut s = TcpStream::connect_timeout(&addr, WAIT)?;
     s.set_read_timeout(Some(WAIT))?;
-    let pre = Preamble {
-        version: PROTOCOL_VERSION,
-        kind: ConnKind::Control,
-        session: [0; 16],
-        stream: 0,
-    };
-    let expected = PreambleReply {
-        version: PROTOCOL_VERSION,
-        accepted: true,
-    };
-    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
-    let wishes = HandshakeWishes { udp_port: wish_udp }.encode();
-    let (mut hs, m1) = secure::ClientHandshake::start(identity, &greeting, &wishes)
-        .map_err(|e| io::Error::other(e.to_string()))?;
-    let mut opening = pre.encode().to_vec();
-    opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
-    opening.extend_from_slice(&m1);
+    let (mut hs, opening) = handshake::opening(identity, HandshakeWishes { udp_port: wish_udp })
+        .map_err(|e| io::Error::other(e.message))?;
     s.write_all(&opening)?;
     let mut reply = [0u8; PreambleReply::LEN];
     s.read_exact(&mut reply)?;

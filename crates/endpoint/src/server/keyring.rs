@@ -143,15 +143,22 @@ impl Keyring {
 }
 
 impl KeyEntry {
-    /// A lower rate applies to the running sessions at once; a higher one
-    /// to the sessions that start from now on (a running session keeps
-    /// the cap it asked for).
+    /// A lower rate, or a rate where there was none, applies to the
+    /// running sessions at once; a higher one to the sessions that start
+    /// from now on (a running session keeps the cap it asked for).
     fn narrow_rate(&self, rate: Option<u64>) {
-        let pace = lock(&self.pace);
+        let mut pace = lock(&self.pace);
         match (pace.as_ref(), rate) {
             (Some(p), Some(r)) => p.set_rate(r),
             (Some(p), None) => p.set_rate(u64::MAX / 4),
-            (None, _) => {}
+            (None, Some(r)) => {
+                let p = Arc::new(Pace::new(r));
+                for live in lock(&self.live).iter() {
+                    live.progress.control.set_pace(p.clone());
+                }
+                *pace = Some(p);
+            }
+            (None, None) => {}
         }
     }
 }
@@ -260,22 +267,8 @@ mod tests {
 
     fn pull(paths: &[&str]) -> Request {
         Request {
-            op: wire::Op::Pull,
             paths: paths.iter().map(|p| p.to_string()).collect(),
-            recursive: false,
-            many_sources: false,
-            streams: 1,
-            block_size: 1 << 20,
-            protection: wire::PROTECT_AES256GCM,
-            rate: 0,
-            transport: wire::TRANSPORT_TCP,
-            contents: false,
-            preserve: false,
-            compress: 0,
-            compress_level: 0,
-            sync: Default::default(),
-            basis: String::new(),
-            shard: None,
+            ..super::super::limits::tests::request(wire::Op::Pull, 1, 1 << 20)
         }
     }
 
@@ -341,6 +334,20 @@ mod tests {
         assert!(
             pa.control.stopped().is_none(),
             "a rate slows, it does not end"
+        );
+        // A rate where there was none paces the running sessions too:
+        // 3 MiB at 1 MB/s.
+        let other = Keypair::generate().public;
+        let pc = Arc::new(Progress::default());
+        let _c = ring.enter(other, &opts(""), 8, pc.clone()).unwrap();
+        ring.reload(|k| Some(Ok(opts(if *k == other { "rate=8M" } else { "rate=4M" }))));
+        let t0 = std::time::Instant::now();
+        pc.control.pace(3 << 20);
+        pc.control.pace(1);
+        assert!(
+            t0.elapsed() > std::time::Duration::from_secs(2),
+            "{:?}",
+            t0.elapsed()
         );
         assert!(root_holds(None, Some("a/b")) && root_holds(Some("a"), Some("a/b")));
         assert!(!root_holds(Some("a/b"), Some("a")) && !root_holds(Some("ab"), Some("a/b")));

@@ -139,10 +139,11 @@ pub(super) fn check_request(req: &Request) -> Result<(), TransferError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn request(op: Op, streams: u16, block_size: u32) -> Request {
+    /// A request of `op` for one path, "x", with the rest plain.
+    pub(in crate::server) fn request(op: Op, streams: u16, block_size: u32) -> Request {
         Request {
             op,
             paths: vec!["x".into()],

@@ -222,8 +222,12 @@ fn announcements_are_taken_once_and_only_where_they_belong() {
         Err(ReceiverError::Protocol(m)) if m.contains("twice")
     ));
     let digest = FileDigest::of(6, [[0; 32], [1; 32]].iter());
-    rx.handle(Msg::FileEnd { file: 1, digest }).unwrap_or_default();
-    assert!(rx.handle(Msg::FileEnd { file: 1, digest }).is_err(), "twice");
+    rx.handle(Msg::FileEnd { file: 1, digest })
+        .unwrap_or_default();
+    assert!(
+        rx.handle(Msg::FileEnd { file: 1, digest }).is_err(),
+        "twice"
+    );
     assert!(
         rx.handle(Msg::Digest { file: 1, digest }).is_err(),
         "a digest no --checksum asked for"
@@ -233,7 +237,15 @@ fn announcements_are_taken_once_and_only_where_they_belong() {
         Err(ReceiverError::Protocol(m)) => assert!(m.len() < 200 && m.contains("Deleted"), "{m}"),
         other => panic!("{other:?}"),
     }
-    for m in [Msg::Acks(vec![]), Msg::Welcome, Msg::Ready(vec![1]), Msg::Have { file: 1, blocks: vec![] }] {
+    for m in [
+        Msg::Acks(vec![]),
+        Msg::Welcome,
+        Msg::Ready(vec![1]),
+        Msg::Have {
+            file: 1,
+            blocks: vec![],
+        },
+    ] {
         assert!(matches!(rx.handle(m), Err(ReceiverError::Protocol(_))));
     }
 }
