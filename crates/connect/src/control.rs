@@ -94,10 +94,18 @@ impl RunControl {
     /// Waits as the shared pace asks for `bytes` sent or received; no
     /// wait without one.
     pub fn pace(&self, bytes: u64) {
-        let pace = lock(&self.pace).clone();
-        if let Some(p) = pace {
-            p.wait(bytes);
+        let d = self.delay(bytes);
+        if !d.is_zero() {
+            std::thread::sleep(d);
         }
+    }
+
+    /// Reserves `bytes` of the shared pace now; how long to wait before
+    /// they go. A caller with a pace of its own (`--rate`) reserves from
+    /// both at once and waits for the longer, so the two never add up.
+    pub fn delay(&self, bytes: u64) -> Duration {
+        let pace = lock(&self.pace).clone();
+        pace.map_or(Duration::ZERO, |p| p.delay(bytes))
     }
 
     /// Ends the run as soon as its threads look, with `why` sent to the

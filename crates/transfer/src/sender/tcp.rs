@@ -3,7 +3,7 @@
 //! them under `--rate`, seals and writes them.
 
 use std::sync::{mpsc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rate::TokenBucket;
 use session::SenderSession;
@@ -42,17 +42,17 @@ pub(crate) fn send_blocks(
             wire_len: (buf.len() - DATA_AT) as u32,
         };
         header.encode_into(&mut buf[LEN_PREFIX..]);
-        if let Some(b) = bucket {
-            let wait = b
-                .lock()
+        // `--rate`, and a key's `rate=` shared by its sessions (issue 39),
+        // reserved at once: the longer wait holds, never both.
+        let ours = bucket.map_or(Duration::ZERO, |b| {
+            b.lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .take(Instant::now(), buf.len() as u64);
-            if !wait.is_zero() {
-                std::thread::sleep(wait);
-            }
+                .take(Instant::now(), buf.len() as u64)
+        });
+        let wait = ours.max(sh.progress.control.delay(buf.len() as u64));
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
         }
-        // A key's `rate=`, shared by its sessions (issue 39).
-        sh.progress.control.pace(buf.len() as u64);
         if let Err(e) = w.send_block_in_place(&mut buf) {
             sh.fail_transport(TransferError::lost("sending data", &e));
             break;
