@@ -399,6 +399,10 @@ fn key_02_a_pulling_key_cannot_make_the_daemon_hold_what_it_answers() {
             case,
         );
     }
+    eprintln!(
+        "[{case}] the daemon's peak memory: {} MiB",
+        d.peak_kib().unwrap_or(0) >> 10
+    );
     d.assert_healthy(&env, BUDGET_KIB, case);
 }
 
@@ -572,6 +576,10 @@ fn key_04_revocation_ends_running_sessions_and_tunnels_at_once() {
     let (code, err) = finish(pushing);
     assert_eq!(code, Some(7), "[{case}] the push: {err}");
     assert!(err.contains("read-only"), "[{case}] {err}");
+    eprintln!(
+        "[{case}] a pull and a push ended {:?} after SIGHUP",
+        t0.elapsed()
+    );
     assert!(
         t0.elapsed() < Duration::from_secs(3),
         "[{case}] {:?}",
@@ -649,12 +657,14 @@ fn key_07_15_unauthenticated_clients_cannot_lock_anyone_out() {
             matches!(s.peek(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
         })
         .count();
+    eprintln!("[{case}] of 520 idle connections from one address, {open} held");
     assert!(open <= 40, "[{case}] {open} idle connections held");
     // Half-open handshakes that wished for UDP: one socket at most.
     let half: Vec<(TcpStream, u16)> = (0..10)
         .map(|_| hostile::half_open(d.addr(), &Keypair::generate(), true).unwrap())
         .collect();
     let held = half.iter().filter(|(_, p)| *p != 0).count();
+    eprintln!("[{case}] UDP ports named to 10 half-open handshakes: {held}");
     assert!(
         held <= 1,
         "[{case}] {held} UDP ports held before authentication"
@@ -680,6 +690,7 @@ fn key_07_15_unauthenticated_clients_cannot_lock_anyone_out() {
     }
     drop((idle, half));
     let took = trickle.join().unwrap();
+    eprintln!("[{case}] a connection sending a byte every 3 s was closed after {took:?}");
     assert!(
         took < Duration::from_secs(30),
         "[{case}] a trickling connection was held {took:?}"
@@ -924,6 +935,10 @@ fn key_13_the_metrics_answer_their_own_hosts_and_outlast_slow_clients() {
     assert!(
         get(&addr.to_string()).starts_with("HTTP/1.1 200"),
         "[{case}] under slow clients"
+    );
+    eprintln!(
+        "[{case}] a scrape under 100 slow clients: {:?}",
+        t0.elapsed()
     );
     assert!(
         t0.elapsed() < Duration::from_secs(3),
