@@ -7,31 +7,32 @@
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use secure::{AuthorizedKeys, Keypair, Protection, PublicKey};
+use secure::{Keypair, PublicKey};
 use session::{ReceiverSession, SenderSession};
 use store::{Destination, Root, Sink, Sources};
 use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
 
-use connect::datagram::{self, setup, UdpLink};
 use connect::error::TransferError;
 use connect::framed::FrameWriter;
 use connect::handshake;
 use connect::handshake::CONTROL_PROTECTION;
-use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joined, Joins};
+use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joins};
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
-use connect::sizing::{size_udp_buffers, udp_buffer, SEND_WINDOW, UDP_SEND_WINDOW};
+use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
 use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
 mod access;
+mod admit;
 pub mod bucket;
 mod files;
 mod gather;
 use gather::gather;
+mod datagrams;
 mod greetings;
 mod guards;
 mod memory;
@@ -51,9 +52,6 @@ pub use limits::{
     SESSION_MEMORY,
 };
 pub use record::printable;
-
-/// How long the server waits for the client's hello and choice of transport.
-const UDP_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which client keys a server lets in.
 #[derive(Debug, Clone)]
@@ -242,105 +240,6 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
 }
 
 impl Server {
-    /// Whether `peer` may open a session; the refusal says what to do.
-    /// `Ok` holds the comment the file gives the key, naming it in logs,
-    /// and what its options allow.
-    fn admit(&self, peer: &PublicKey) -> Result<(Option<String>, access::KeyOptions), String> {
-        match &self.cfg.client_keys {
-            ClientKeys::File(path) => {
-                let authorized = match AuthorizedKeys::load(path) {
-                    Ok(loaded) => {
-                        self.log_key_warnings(loaded.warnings);
-                        loaded.keys
-                    }
-                    Err(e) => {
-                        self.log_key_warnings(vec![e.to_string()]);
-                        AuthorizedKeys::default()
-                    }
-                };
-                if authorized.contains(peer) {
-                    let opts = access::KeyOptions::parse(authorized.options(peer).unwrap_or(""))
-                        .map_err(|e| {
-                            format!(
-                                "your key {} has options in {} on the server that haul refuses: {e}; ask its operator",
-                                peer.fingerprint(),
-                                path.display()
-                            )
-                        })?;
-                    return Ok((authorized.comment(peer).map(str::to_string), opts));
-                }
-                Err(format!(
-                    "the server does not know your key {} (client key); add this line to {} on the server: {}",
-                    peer.fingerprint(),
-                    path.display(),
-                    peer
-                ))
-            }
-            ClientKeys::Only(key) if key == peer => {
-                Ok((Some("ssh".into()), access::KeyOptions::default()))
-            }
-            ClientKeys::Only(_) => Err(format!(
-                "key {} is not the one-time key of the ssh session that started this server",
-                peer.fingerprint()
-            )),
-        }
-    }
-
-    /// Reads the authorized keys again (SIGHUP, as sshd), and ends at once
-    /// every running session whose key was removed or whose line no
-    /// longer allows it as it runs (issue 39); each ended session is
-    /// logged, and its client told why.
-    fn reload(&self) {
-        let ClientKeys::File(path) = &self.cfg.client_keys else {
-            return;
-        };
-        let authorized = match AuthorizedKeys::load(path) {
-            Ok(l) => {
-                for w in &l.warnings {
-                    tracing::warn!("{w}");
-                }
-                l.keys
-            }
-            Err(e) => {
-                eprintln!("haul serve: SIGHUP: {e}; every new client is refused until it is fixed, and running sessions are ended");
-                AuthorizedKeys::default()
-            }
-        };
-        let verdicts = self.keyring.reload(|key| {
-            authorized
-                .contains(key)
-                .then(|| access::KeyOptions::parse(authorized.options(key).unwrap_or("")))
-        });
-        let mut ended = 0;
-        for (key, verdict) in &verdicts {
-            if let keyring::Verdict::Ended(_, why) = verdict {
-                ended += 1;
-                tracing::warn!(
-                    "key {}: a running session is ended: {why}",
-                    key.fingerprint()
-                );
-            }
-        }
-        eprintln!(
-            "haul serve: SIGHUP: {} authorized client key(s) in {}; {} running session(s) go on, {ended} ended (their key removed, or its options narrowed)",
-            authorized.len(),
-            path.display(),
-            verdicts.len() - ended,
-        );
-    }
-
-    /// Logs what is wrong with the authorized-keys file when it changes:
-    /// the file is read again for every session.
-    fn log_key_warnings(&self, warnings: Vec<String>) {
-        let mut last = self.key_warnings.lock().unwrap_or_else(|p| p.into_inner());
-        if *last != warnings {
-            for w in &warnings {
-                tracing::warn!("{w}");
-            }
-            *last = warnings;
-        }
-    }
-
     fn connection(&self, mut stream: TcpStream, greeting: Greeting) {
         let peer = stream
             .peer_addr()
@@ -948,90 +847,6 @@ impl Server {
         };
         Some((granted, guard))
     }
-
-    /// A UDP socket for a session's data channel, on the local address of
-    /// its control connection, inside `--data-ports` if given (P-23).
-    fn open_udp(&self, local: std::io::Result<SocketAddr>) -> Option<udp::UdpChannel> {
-        open_data_socket(local.map(|a| a.ip()), self.cfg.data_ports)
-    }
-
-    /// After a UDP request: answer the client's hello and probes (if a UDP
-    /// socket could be opened) until it says, on the control connection,
-    /// which transport to use (P-23).
-    #[allow(clippy::too_many_arguments)]
-    fn udp_or_streams(
-        &self,
-        channel: Option<udp::UdpChannel>,
-        est: &mut handshake::Established,
-        accepted_at: Instant,
-        protection: Protection,
-        ctrl_r: &mut connect::framed::FrameReader,
-        joined: &mpsc::Receiver<Joined>,
-        streams: u16,
-        req: &Request,
-        progress: &Arc<Progress>,
-    ) -> Result<DataPlan, TransferError> {
-        let (send_key, recv_key) = datagram::keys(&est.keys, protection, false);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let session = est.keys.session_id();
-        // The client's set-up may take tens of round trips on a slow path.
-        let patience = UDP_SETUP_TIMEOUT.max(est.rtt * 60);
-        let (answered, choice) = std::thread::scope(|scope| {
-            let responder = channel
-                .map(|c| scope.spawn(|| setup::serve(c, session, &send_key, &recv_key, &stop)));
-            ctrl_r.get_ref().set_read_timeout(Some(patience)).ok();
-            let choice = ctrl_r.read_msg();
-            ctrl_r.get_ref().set_read_timeout(None).ok();
-            stop.store(true, Ordering::Release);
-            let answered = responder.map(|r| r.join().expect("responder does not panic"));
-            (answered, choice)
-        });
-        // A session keyed over ssh had no handshake to time: the client's
-        // choice answers the acceptance one round trip later.
-        if est.rtt.is_zero() {
-            est.rtt = accepted_at.elapsed();
-        }
-        match choice {
-            Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
-                tracing::info!("client could not use UDP; falling back to TCP streams");
-                gather(joined, streams).map(DataPlan::Tcp)
-            }
-            Ok(Some(Msg::UseTransport { udp_payload })) => {
-                let Some((channel, backlog)) = answered.filter(|(c, _)| c.peer().is_some()) else {
-                    return Err(TransferError::new(
-                        ErrorCode::Protocol,
-                        "client chose UDP but no valid hello arrived",
-                    ));
-                };
-                if (udp_payload as usize) < wire::datagram::MIN_PAYLOAD as usize
-                    || udp_payload as usize > udp::MAX_PAYLOAD
-                {
-                    return Err(TransferError::new(
-                        ErrorCode::Protocol,
-                        format!("client chose an impossible datagram size {udp_payload}"),
-                    ));
-                }
-                let want = udp_buffer(est.rtt, rate_of(req));
-                size_udp_buffers(&channel, want, &self.cfg.tuning, progress);
-                Ok(DataPlan::Udp(Box::new(UdpLink {
-                    channel,
-                    send_key,
-                    recv_key,
-                    payload: udp_payload as usize,
-                    rtt: est.rtt,
-                    workers: datagram::workers(),
-                    backlog,
-                    silence: self.cfg.tuning.timeout,
-                })))
-            }
-            Ok(Some(Msg::Error { code, message })) => Err(TransferError::new(code, message)),
-            Ok(_) => Err(TransferError::new(
-                ErrorCode::Protocol,
-                "client sent something else while choosing the transport",
-            )),
-            Err(e) => Err(e.into_transfer("waiting for the client's choice of transport")),
-        }
-    }
 }
 
 /// A UDP socket for a session's data channel on `ip`, inside `ports` if
@@ -1045,6 +860,7 @@ pub fn open_data_socket(
         .ok()
 }
 
+/// The request's rate cap in bytes per second, if it has one.
 fn rate_of(req: &Request) -> Option<u64> {
     (req.rate > 0).then_some(req.rate)
 }

@@ -2,6 +2,7 @@
 //! these, sealed, on the control connection.
 
 use crate::buf::{DecodeError, Reader, Writer};
+use crate::error_code::ErrorCode;
 
 /// Longest relative path or symlink target carried in an entry.
 pub const MAX_PATH_LEN: usize = 4096;
@@ -217,69 +218,6 @@ pub struct Entry {
     pub kind: EntryKind,
     /// Symlink target, empty for other kinds.
     pub target: Vec<u8>,
-}
-
-/// Why a peer ended the session. Numbers match the CLI's exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    Other = 1,
-    BadRequest = 2,
-    /// The client could not reach the server (never sent for that), or the
-    /// UDP channel could not be set up under `--transport udp`.
-    Connect = 3,
-    Auth = 4,
-    Protocol = 5,
-    NotFound = 6,
-    Permission = 7,
-    OutsideRoot = 8,
-    DiskFull = 9,
-    ConnectionLost = 10,
-    Integrity = 11,
-    Busy = 12,
-    /// Client only, never sent: ssh could not start the remote haul
-    /// (ssh's own message says why), or haul is not installed there.
-    Ssh = 13,
-    /// The server's policy refuses what was asked: less than full
-    /// encryption from a server that requires it (P-39).
-    Policy = 14,
-    /// A peer went past what it may make the other side hold: a tunnel's
-    /// frames too far ahead of those received (P-39).
-    Limit = 15,
-    /// An object store refused the credentials, or none were found.
-    StoreAuth = 16,
-    /// An object store has no such bucket.
-    NoBucket = 17,
-    /// An object store kept answering "slow down" past every retry.
-    Throttled = 18,
-    /// The shards of one transfer disagree about its plan: the sources
-    /// changed between them (P-42).
-    ShardPlan = 19,
-}
-
-impl ErrorCode {
-    pub fn from_u8(v: u8) -> ErrorCode {
-        match v {
-            2 => ErrorCode::BadRequest,
-            3 => ErrorCode::Connect,
-            4 => ErrorCode::Auth,
-            5 => ErrorCode::Protocol,
-            6 => ErrorCode::NotFound,
-            7 => ErrorCode::Permission,
-            8 => ErrorCode::OutsideRoot,
-            9 => ErrorCode::DiskFull,
-            10 => ErrorCode::ConnectionLost,
-            11 => ErrorCode::Integrity,
-            12 => ErrorCode::Busy,
-            13 => ErrorCode::Ssh,
-            14 => ErrorCode::Policy,
-            15 => ErrorCode::Limit,
-            16 => ErrorCode::StoreAuth,
-            17 => ErrorCode::NoBucket,
-            18 => ErrorCode::Throttled,
-            19 => ErrorCode::ShardPlan,
-            _ => ErrorCode::Other,
-        }
-    }
 }
 
 /// The receiver's side of the final accounting.

@@ -1,0 +1,111 @@
+//! Which keys get in, and the reload that judges the running sessions
+//! again (P-39, P-43): the authorized-keys file read for every session,
+//! its warnings logged when they change, and SIGHUP.
+
+use secure::{AuthorizedKeys, PublicKey};
+
+use super::{access, keyring, ClientKeys};
+
+impl super::Server {
+    /// Whether `peer` may open a session; the refusal says what to do.
+    /// `Ok` holds the comment the file gives the key, naming it in logs,
+    /// and what its options allow.
+    pub(super) fn admit(
+        &self,
+        peer: &PublicKey,
+    ) -> Result<(Option<String>, access::KeyOptions), String> {
+        match &self.cfg.client_keys {
+            ClientKeys::File(path) => {
+                let authorized = match AuthorizedKeys::load(path) {
+                    Ok(loaded) => {
+                        self.log_key_warnings(loaded.warnings);
+                        loaded.keys
+                    }
+                    Err(e) => {
+                        self.log_key_warnings(vec![e.to_string()]);
+                        AuthorizedKeys::default()
+                    }
+                };
+                if authorized.contains(peer) {
+                    let opts = access::KeyOptions::parse(authorized.options(peer).unwrap_or(""))
+                        .map_err(|e| {
+                            format!(
+                                "your key {} has options in {} on the server that haul refuses: {e}; ask its operator",
+                                peer.fingerprint(),
+                                path.display()
+                            )
+                        })?;
+                    return Ok((authorized.comment(peer).map(str::to_string), opts));
+                }
+                Err(format!(
+                    "the server does not know your key {} (client key); add this line to {} on the server: {}",
+                    peer.fingerprint(),
+                    path.display(),
+                    peer
+                ))
+            }
+            ClientKeys::Only(key) if key == peer => {
+                Ok((Some("ssh".into()), access::KeyOptions::default()))
+            }
+            ClientKeys::Only(_) => Err(format!(
+                "key {} is not the one-time key of the ssh session that started this server",
+                peer.fingerprint()
+            )),
+        }
+    }
+
+    /// Reads the authorized keys again (SIGHUP, as sshd), and ends at once
+    /// every running session whose key was removed or whose line no
+    /// longer allows it as it runs (issue 39); each ended session is
+    /// logged, and its client told why.
+    pub(super) fn reload(&self) {
+        let ClientKeys::File(path) = &self.cfg.client_keys else {
+            return;
+        };
+        let authorized = match AuthorizedKeys::load(path) {
+            Ok(l) => {
+                for w in &l.warnings {
+                    tracing::warn!("{w}");
+                }
+                l.keys
+            }
+            Err(e) => {
+                eprintln!("haul serve: SIGHUP: {e}; every new client is refused until it is fixed, and running sessions are ended");
+                AuthorizedKeys::default()
+            }
+        };
+        let verdicts = self.keyring.reload(|key| {
+            authorized
+                .contains(key)
+                .then(|| access::KeyOptions::parse(authorized.options(key).unwrap_or("")))
+        });
+        let mut ended = 0;
+        for (key, verdict) in &verdicts {
+            if let keyring::Verdict::Ended(_, why) = verdict {
+                ended += 1;
+                tracing::warn!(
+                    "key {}: a running session is ended: {why}",
+                    key.fingerprint()
+                );
+            }
+        }
+        eprintln!(
+            "haul serve: SIGHUP: {} authorized client key(s) in {}; {} running session(s) go on, {ended} ended (their key removed, or its options narrowed)",
+            authorized.len(),
+            path.display(),
+            verdicts.len() - ended,
+        );
+    }
+
+    /// Logs what is wrong with the authorized-keys file when it changes:
+    /// the file is read again for every session.
+    pub(super) fn log_key_warnings(&self, warnings: Vec<String>) {
+        let mut last = self.key_warnings.lock().unwrap_or_else(|p| p.into_inner());
+        if *last != warnings {
+            for w in &warnings {
+                tracing::warn!("{w}");
+            }
+            *last = warnings;
+        }
+    }
+}
