@@ -113,7 +113,7 @@ impl Beneath {
         StoreError::new(
             StoreErrorKind::OutsideRoot,
             format!(
-                "{} is a symbolic link: haul never places, changes or deletes anything through a link (remove the link, or name its target as the destination)",
+                "{} is a symbolic link: haul never places, changes, reads or deletes anything through a link, so nothing outside is reached through one (remove the link, or name its target as the destination)",
                 self.shown(rel).display()
             ),
         )

@@ -94,6 +94,28 @@ impl Root {
         })
     }
 
+    /// What is at `path` (inside the root). A user's tree follows a link
+    /// at the end, as `stat` does; a served root looks without following
+    /// any link, from its descriptor (P-43): `Symlink` for one at the end,
+    /// `OutsideRoot` for one on the way. `None`: nothing there.
+    pub fn kind(&self, path: &Path) -> Result<Option<rustix::fs::FileType>, StoreError> {
+        if self.follow {
+            return Ok(std::fs::metadata(path).ok().map(|m| {
+                rustix::fs::FileType::from_raw_mode(std::os::unix::fs::MetadataExt::mode(&m))
+            }));
+        }
+        let rel = self.relative(path)?;
+        self.tree()?.kind(rel.as_os_str().as_bytes())
+    }
+
+    /// Whether anything is at `path`, a link included, not following it.
+    pub fn exists(&self, path: &Path) -> bool {
+        if self.follow {
+            return std::fs::symlink_metadata(path).is_ok();
+        }
+        self.kind(path).is_ok_and(|k| k.is_some())
+    }
+
     /// The root as a tree to walk and open beneath by descriptor, without
     /// following a link ([`crate::walk_beneath`], [`crate::Sources::beneath`]).
     pub fn tree(&self) -> Result<Beneath, StoreError> {

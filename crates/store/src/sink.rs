@@ -75,14 +75,26 @@ impl Destination {
         if path == Path::new("/dev/null") {
             return Ok(Destination::Null);
         }
-        let is_dir = path.is_dir();
+        // Looked at through the root: a served root follows no link (P-43),
+        // and a destination that must be a directory may not be one.
+        let kind = root.kind(path)?;
+        let is_dir = kind == Some(FileType::Directory);
+        if kind == Some(FileType::Symlink) && (contents || trailing_slash) {
+            return Err(StoreError::new(
+                StoreErrorKind::OutsideRoot,
+                format!(
+                    "{} is a symbolic link; this server follows none in the paths it is asked for, so nothing outside the root you see is reached through one (name the link's target)",
+                    path.display()
+                ),
+            ));
+        }
         let parent = || {
             path.parent()
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."))
         };
         if contents && !is_dir {
-            if fs::symlink_metadata(path).is_ok() {
+            if root.exists(path) {
                 return Err(StoreError::new(
                     StoreErrorKind::BadRequest,
                     format!(
@@ -100,7 +112,9 @@ impl Destination {
                     format!("{}: {why}", path.display()),
                 )
             })?;
-        if (placement == Placement::As || !is_dir) && !parent().is_dir() {
+        if (placement == Placement::As || !is_dir)
+            && root.kind(parent())? != Some(FileType::Directory)
+        {
             return Err(StoreError::new(
                 StoreErrorKind::NotFound,
                 format!(
@@ -299,16 +313,21 @@ impl Sink {
     /// file be found already in place, or serve as a basis (P-31). An
     /// empty directory (one a `dir/` copy just made, say) holds nothing.
     pub fn destination_exists(&self) -> bool {
-        let Destination::Path { base, .. } = &self.dest else {
+        let Destination::Path { base, root, .. } = &self.dest else {
             return false;
         };
-        match fs::symlink_metadata(base) {
-            Ok(m) if m.is_dir() => fs::read_dir(base).is_ok_and(|mut d| d.next().is_some()),
-            Ok(_) => true,
-            Err(_) => {
+        // Through the root's descriptor: a served root follows no link.
+        match root.kind(base).unwrap_or(None) {
+            Some(FileType::Directory) => root.open_dir(base).is_ok_and(|d| {
+                rustix::fs::Dir::read_from(&d).is_ok_and(|mut it| {
+                    it.any(|e| e.is_ok_and(|e| !matches!(e.file_name().to_bytes(), b"." | b"..")))
+                })
+            }),
+            Some(_) => true,
+            None => {
                 let parent = base.parent().filter(|p| !p.as_os_str().is_empty());
                 let name = base.file_name().unwrap_or(OsStr::new(""));
-                beneath::open_dir(parent.unwrap_or(Path::new(".")))
+                root.open_dir(parent.unwrap_or(Path::new(".")))
                     .is_ok_and(|d| self.left_in(&d, name).is_some())
             }
         }
