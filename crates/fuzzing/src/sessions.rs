@@ -1,15 +1,15 @@
 //! The receiving state machines under the fuzzer (S-1 … S-7): bytes are
-//! read as a sequence of steps (`session::hostile`), so the fuzzer works
+//! read as a sequence of steps (`hostile::play`), so the fuzzer works
 //! on manifests, blocks and datagrams instead of on a decoder's framing.
 //! The player checks the rules after every step; a broken one panics.
 //!
 //! Every read past the end gives zeros, so any input is a valid program
 //! and a longer one a longer play.
 
-use session::datagram::MAX_SEQ_AHEAD;
-use session::hostile::{
+use hostile::play::{
     play_datagram, play_receiver, DgSetup, DgStep, RawChunk, RxSetup, RxStep, Seq,
 };
+use session::datagram::MAX_SEQ_AHEAD;
 use wire::{BlockHeader, Entry, EntryKind, ErrorCode, Msg};
 
 struct Bytes<'a>(&'a [u8]);

@@ -27,11 +27,14 @@
 //! - [`stdio`]: starts `haul serve --stdio` as ssh would, swaps greetings,
 //!   and connects a [`Client`] with the one-time key.
 //! - [`lanes`]: tunnel frames on a tunnel session's lanes (P-37).
+//! - [`play`]: hostile senders played against the receiving state
+//!   machines, without sockets (P-40), for property tests and fuzzing.
 //!
 //! Every read has a timeout; nothing here waits without bound.
 
 pub mod lanes;
 pub mod msgs;
+pub mod play;
 pub mod stdio;
 
 use std::io::{self, Write};

@@ -15,7 +15,6 @@
 
 pub mod datagram;
 pub mod digest;
-pub mod hostile;
 mod manifest;
 pub mod paths;
 pub mod receiver;

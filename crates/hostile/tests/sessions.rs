@@ -3,24 +3,24 @@
 //! absurd sizes, repeated paths, links and then entries inside them,
 //! blocks at wrong offsets and indices, sequence numbers far ahead or at
 //! 2^64, chunks of blocks nobody announced, headers that contradict each
-//! other), and `session::hostile` plays them against a `ReceiverSession`
+//! other), and `hostile::play` plays them against a `ReceiverSession`
 //! and a `DatagramReceiver`, checking its rules after every step. Here a
 //! counting allocator also checks that what the heap grows by stays within
 //! the budget and the assembly limit.
 //!
-//! `PROPTEST_CASES=100000 cargo test --release -p session --test hostile`
+//! `PROPTEST_CASES=100000 cargo test --release -p hostile --test sessions`
 //! runs longer; docs/RELIABILITY.md has the figures.
 
-use proptest::prelude::*;
-use session::datagram::MAX_SEQ_AHEAD;
-use session::hostile::{
+use hostile::play::{
     play_datagram, play_receiver, DgSetup, DgStep, RawChunk, RxSetup, RxStep, Seq,
 };
+use proptest::prelude::*;
+use session::datagram::MAX_SEQ_AHEAD;
 use wire::{BlockHeader, Entry, EntryKind, ErrorCode, Msg};
 
 // ---- the heap, counted per thread (the other test's thread allocates too)
 
-#[path = "common/counting.rs"]
+#[path = "../../session/tests/common/counting.rs"]
 mod counting;
 use counting::{Counting, LIVE, PEAK};
 
@@ -212,7 +212,7 @@ proptest! {
     #![proptest_config(cases(3000))]
 
     /// Whatever the peer sends: no panic, the session's rules hold at
-    /// every step (`session::hostile`), the bookkeeping stays within the
+    /// every step (`hostile::play`), the bookkeeping stays within the
     /// budget, and so does the heap (with 1 MiB for the player's own
     /// records); an error is a `ReceiverError` with a code.
     #[test]

@@ -24,11 +24,11 @@ use std::time::Duration;
 use wire::datagram::{ChunkHeader, FirstChunk, DATA_SEQ_START, MAX_MISSING, MAX_STALE};
 use wire::{BlockHeader, Entry, EntryKind, Msg};
 
-use crate::datagram::{DatagramError, DatagramReceiver, MAX_SEQ_AHEAD};
-use crate::digest::FileDigest;
-use crate::paths::{self, Asked};
-use crate::receiver::{Action, BlockVerdict, ReceiverError, ReceiverSession, Wanted};
-use crate::{block_count, block_len};
+use session::datagram::{DatagramError, DatagramReceiver, MAX_SEQ_AHEAD};
+use session::digest::FileDigest;
+use session::paths::{self, Asked};
+use session::receiver::{Action, BlockVerdict, ReceiverError, ReceiverSession, Wanted};
+use session::{block_count, block_len};
 
 /// One thing that happens to a receiving session.
 #[derive(Debug, Clone)]
