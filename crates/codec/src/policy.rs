@@ -39,6 +39,28 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// `--compress` as a request carries it: kind and zstd level (P-30).
+    pub fn to_wire(self) -> (u8, u8) {
+        use wire::{COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD};
+        match self {
+            Mode::Auto => (COMPRESS_AUTO, 0),
+            Mode::Fixed(Codec::None) => (COMPRESS_NONE, 0),
+            Mode::Fixed(Codec::Lz4) => (COMPRESS_LZ4, 0),
+            Mode::Fixed(Codec::Zstd(l)) => (COMPRESS_ZSTD, l.clamp(1, 19) as u8),
+        }
+    }
+
+    /// The mode a request's fields name (already checked by the decoder).
+    pub fn from_wire(kind: u8, level: u8) -> Mode {
+        use wire::{COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD};
+        match kind {
+            COMPRESS_NONE => Mode::Fixed(Codec::None),
+            COMPRESS_LZ4 => Mode::Fixed(Codec::Lz4),
+            COMPRESS_ZSTD => Mode::Fixed(Codec::Zstd(level as i32)),
+            _ => Mode::Auto,
+        }
+    }
+
     /// Parses `auto`, `none`, `lz4`, `zstd` or `zstd:LEVEL`.
     pub fn parse(s: &str) -> Option<Mode> {
         if s == "auto" {

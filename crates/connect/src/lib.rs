@@ -8,15 +8,14 @@
 //! the pacing of control writes ([`control_gap`]), the windows and buffers
 //! each side asks for ([`sizing`]), and the UDP channel's set-up, echo,
 //! sealing and opening ([`datagram`]). It also holds what every driver path
-//! returns and counts: [`TransferError`] and [`Progress`], and what a
-//! server imposes on a run from outside the engine ([`control`]: a shared
-//! pace, a stop, how errors read to the peer).
+//! returns and counts, named here from the crates that own them:
+//! [`TransferError`] (`wire`) and the run context, [`Progress`] and what a
+//! server imposes on a run ([`control`]), from `run`.
 //!
 //! It must not touch files, blocks or the transfer's state machines: the
 //! engine (`transfer`) moves blocks over what this crate sets up, and the
 //! client and server (`endpoint`) decide who connects to whom.
 
-pub mod control;
 pub mod control_gap;
 pub mod datagram;
 pub mod error;
@@ -25,10 +24,10 @@ pub mod handshake;
 pub mod join;
 pub mod net;
 pub mod ports;
-pub mod progress;
 pub mod sizing;
 
-pub use control::{Pace, RunControl};
 pub use error::TransferError;
 pub use ports::PortRange;
-pub use progress::Progress;
+/// The run context, which lives in `run`, named here for the crates
+/// that reach it through their connections.
+pub use run::{control, progress, Pace, Progress, RunControl};

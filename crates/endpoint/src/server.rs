@@ -782,10 +782,7 @@ impl Server {
                     &*sources,
                     Sending {
                         rate: rate_of(&req),
-                        compress: transfer::compress::mode_from_wire(
-                            req.compress,
-                            req.compress_level,
-                        ),
+                        compress: codec::Mode::from_wire(req.compress, req.compress_level),
                         start_rate: None,
                         known_rate: None,
                         answer: None,

@@ -53,7 +53,7 @@ use secure::{DatagramKey, Keypair, Protection, SessionKeys};
 use wire::datagram::ChunkHeader;
 use wire::{
     BlockHeader, ConnKind, ErrorCode, HandshakeWishes, Msg, Request, Summary, BLOCK_HEADER_LEN,
-    PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY, TRANSPORT_UDP,
+    TRANSPORT_UDP,
 };
 
 pub use msgs::*;
@@ -63,11 +63,7 @@ pub const WAIT: Duration = Duration::from_secs(20);
 
 /// The `protection` code of a request for this host's best encrypting AEAD.
 pub fn best_protection() -> u8 {
-    match Protection::best_encrypting() {
-        Protection::Aes256Gcm => PROTECT_AES256GCM,
-        Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
-        Protection::IntegrityOnly => PROTECT_INTEGRITY_ONLY,
-    }
+    Protection::best_encrypting().wire_code()
 }
 
 /// What the other side said before its control connection ended, or

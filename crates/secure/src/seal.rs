@@ -29,6 +29,27 @@ pub enum Protection {
 }
 
 impl Protection {
+    /// The code a request carries for this protection (P-7).
+    pub fn wire_code(self) -> u8 {
+        match self {
+            Protection::Aes256Gcm => wire::PROTECT_AES256GCM,
+            Protection::ChaCha20Poly1305 => wire::PROTECT_CHACHA20POLY1305,
+            Protection::IntegrityOnly => wire::PROTECT_INTEGRITY_ONLY,
+        }
+    }
+
+    /// The protection a request's code names; `None` for a code this
+    /// version does not know, which must be refused, never taken for a
+    /// weaker one (P-39).
+    pub fn from_wire(code: u8) -> Option<Protection> {
+        match code {
+            wire::PROTECT_AES256GCM => Some(Protection::Aes256Gcm),
+            wire::PROTECT_CHACHA20POLY1305 => Some(Protection::ChaCha20Poly1305),
+            wire::PROTECT_INTEGRITY_ONLY => Some(Protection::IntegrityOnly),
+            _ => None,
+        }
+    }
+
     /// The fastest encrypting choice for this CPU: AES-GCM where the CPU has
     /// AES instructions, ChaCha20-Poly1305 elsewhere.
     pub fn best_encrypting() -> Protection {

@@ -44,3 +44,15 @@ pub fn block_len(size: u64, block_size: u32, index: u64) -> u32 {
     let start = index * block_size as u64;
     (size.saturating_sub(start)).min(block_size as u64) as u32
 }
+
+impl From<SenderError> for wire::TransferError {
+    fn from(e: SenderError) -> Self {
+        wire::TransferError::new(e.code(), e.to_string())
+    }
+}
+
+impl From<ReceiverError> for wire::TransferError {
+    fn from(e: ReceiverError) -> Self {
+        wire::TransferError::new(e.code(), e.to_string())
+    }
+}

@@ -78,3 +78,9 @@ impl StoreError {
         }
     }
 }
+
+impl From<StoreError> for wire::TransferError {
+    fn from(e: StoreError) -> Self {
+        wire::TransferError::new(e.code(), e.message)
+    }
+}

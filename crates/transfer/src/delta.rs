@@ -140,4 +140,90 @@ mod tests {
             prop_assert!(sent <= insert_len + source.len() / 4 + 3 * chunk::MAX_CHUNK as usize);
         }
     }
+
+    /// What a delta program asks of the receiver is checked against the
+    /// block and what it holds: pieces past the block's length, copies
+    /// of chunks it does not hold or past a chunk's end, basis offsets
+    /// past the basis. Each is an error (the block is then asked for
+    /// whole), and nothing is allocated past the block.
+    #[test]
+    fn delta_programs_naming_what_is_not_there_fail() {
+        use wire::program::{encode, Piece};
+        let basis = vec![7u8; 1000];
+        let chunk = [9u8; 100];
+        let read_basis = |from: u64, out: &mut [u8]| -> Result<(), String> {
+            let end = from.checked_add(out.len() as u64).ok_or("overflow")?;
+            let b = basis
+                .get(from as usize..end as usize)
+                .ok_or("past the basis")?;
+            out.copy_from_slice(b);
+            Ok(())
+        };
+        let read_cache = |hash: &[u8; 16], skip: u32, out: &mut [u8]| -> Result<(), String> {
+            if hash != &[1; 16] {
+                return Err("not in the cache".into());
+            }
+            let end = skip as usize + out.len();
+            out.copy_from_slice(chunk.get(skip as usize..end).ok_or("past the chunk")?);
+            Ok(())
+        };
+        let run = |pieces: &[Piece], len: u32| {
+            let mut prog = Vec::new();
+            encode(pieces.iter().copied(), &mut prog);
+            apply(&prog, len, read_basis, read_cache)
+        };
+        let good = [
+            Piece::Literal(b"ab"),
+            Piece::Basis { from: 10, len: 20 },
+            Piece::Cache {
+                hash: [1; 16],
+                skip: 50,
+                len: 50,
+            },
+        ];
+        let (out, copied) = run(&good, 72).unwrap();
+        assert_eq!((out.len(), copied), (72, 70));
+        // Pieces that add up past the block, or short of it.
+        assert!(run(&good, 71).is_err());
+        assert!(run(&good, 73).is_err());
+        let huge = [Piece::Basis {
+            from: 0,
+            len: u32::MAX,
+        }];
+        assert!(run(&huge, 1 << 20).is_err());
+        // A basis offset past the basis, or at the end of u64.
+        let e = run(&[Piece::Basis { from: 990, len: 20 }], 20).unwrap_err();
+        assert!(e.contains("past the basis"), "{e}");
+        assert!(run(
+            &[Piece::Basis {
+                from: u64::MAX,
+                len: 20
+            }],
+            20
+        )
+        .is_err());
+        // A chunk not held, or past its end.
+        let e = run(
+            &[Piece::Cache {
+                hash: [2; 16],
+                skip: 0,
+                len: 10,
+            }],
+            10,
+        )
+        .unwrap_err();
+        assert!(e.contains("not in the cache"), "{e}");
+        assert!(run(
+            &[Piece::Cache {
+                hash: [1; 16],
+                skip: 95,
+                len: 10,
+            }],
+            10,
+        )
+        .is_err());
+        // Not a program.
+        assert!(apply(&[9, 9, 9], 3, read_basis, read_cache).is_err());
+        assert!(apply(&[], 3, read_basis, read_cache).is_err());
+    }
 }

@@ -27,8 +27,6 @@
 //! and a sink by `store`, and the sans-IO sessions by `session`.
 
 pub mod bundle;
-pub mod compress;
-pub mod cpu;
 pub(crate) mod delta;
 pub(crate) mod digest;
 pub mod options;
@@ -40,5 +38,7 @@ pub mod zero_scan;
 pub use bundle::BUNDLE_MAX;
 pub use options::{gate_receiver, gate_sender, ReceiveOptions};
 pub use receiver::{run_receiver, RecvPath};
+/// The compression stage and the CPU it measures, from the run context.
+pub use run::{compress, cpu};
 pub use sender::{run_sender, SendPath, SenderReport, Sending};
 pub use zero_scan::ZeroScan;

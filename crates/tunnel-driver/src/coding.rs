@@ -14,7 +14,7 @@ use wire::{ErrorCode, CODEC_DELTA, CODEC_LZ4, CODEC_NONE};
 
 use connect::error::TransferError;
 use connect::progress::Progress;
-use transfer::compress::Compression;
+use run::compress::Compression;
 
 /// Bytes of history each direction keeps: copies reach back half of it
 /// (P-37).

@@ -90,7 +90,7 @@ pub fn serve(
             ..MuxConfig::default()
         },
         cache: req.sync.dedup,
-        compress: transfer::compress::mode_from_wire(req.compress, req.compress_level),
+        compress: codec::Mode::from_wire(req.compress, req.compress_level),
     };
     let session = Session::start(Role::Server, opts, conns, progress);
     session.watch(ctrl_r, ctrl_w);

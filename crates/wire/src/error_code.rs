@@ -1,5 +1,8 @@
 //! Why a session ended, as both peers and the CLI's exit status say it
-//! (P-6, "Error codes" in docs/PROTOCOL.md).
+//! (P-6, "Error codes" in docs/PROTOCOL.md): the code, and the error every
+//! path of a transfer returns with it, one line for a person.
+
+use std::fmt;
 
 /// Why a peer ended the session. Numbers match the CLI's exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,3 +67,41 @@ impl ErrorCode {
         }
     }
 }
+
+/// The error every driver path returns: a code the CLI turns into an exit
+/// status, and one line for a person.
+#[derive(Debug, Clone)]
+pub struct TransferError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl TransferError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> TransferError {
+        TransferError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A connection that broke while `what`: the peer is gone or the path
+    /// is (past `--timeout` when the kernel says the peer was silent).
+    pub fn lost(what: &str, e: &std::io::Error) -> TransferError {
+        let silent = match e.kind() == std::io::ErrorKind::TimedOut {
+            true => " (the peer was silent past --timeout)",
+            false => "",
+        };
+        TransferError::new(
+            ErrorCode::ConnectionLost,
+            format!("connection lost while {what}: {e}{silent}. What was verified is kept: run the same command again to resume"),
+        )
+    }
+}
+
+impl fmt::Display for TransferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TransferError {}

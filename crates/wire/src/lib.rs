@@ -23,7 +23,7 @@ pub mod tunnel;
 pub use block::{check_coding, BlockHeader, BLOCK_HEADER_LEN};
 pub use block::{CODEC_BUNDLE, CODEC_DELTA, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD};
 pub use buf::{DecodeError, Reader, Writer};
-pub use error_code::ErrorCode;
+pub use error_code::{ErrorCode, TransferError};
 pub use msg::{ChunkId, Entry, EntryKind, Msg, Op, Request, Summary, SyncOptions};
 pub use msg::{NoteKind, MAX_NOTES};
 pub use msg::{Piece, ShardSpec, MAX_PIECES, MAX_SHARDS};

@@ -7,11 +7,8 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secure::{HostKeyStatus, KnownHosts, Protection, PublicKey};
-use wire::{
-    ErrorCode, Msg, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305,
-    PROTECT_INTEGRITY_ONLY, TRANSPORT_UDP,
-};
+use secure::{HostKeyStatus, KnownHosts, PublicKey};
+use wire::{ErrorCode, Msg, Op, Request, TRANSPORT_UDP};
 
 use connect::datagram::{self, setup, UdpLink};
 use connect::error::TransferError;
@@ -329,11 +326,7 @@ impl Connected {
     /// this client's settings; not recursive, no sources' options, not
     /// gated (callers set those they need).
     pub(super) fn build_request(&self, op: Op, paths: Vec<String>, streams: u16) -> Request {
-        let protection = match self.cfg.protection {
-            Protection::Aes256Gcm => PROTECT_AES256GCM,
-            Protection::ChaCha20Poly1305 => PROTECT_CHACHA20POLY1305,
-            Protection::IntegrityOnly => PROTECT_INTEGRITY_ONLY,
-        };
+        let protection = self.cfg.protection.wire_code();
         Request {
             op,
             paths,
@@ -350,8 +343,8 @@ impl Connected {
             .wire(),
             contents: false,
             preserve: self.cfg.preserve,
-            compress: transfer::compress::mode_to_wire(self.cfg.compress).0,
-            compress_level: transfer::compress::mode_to_wire(self.cfg.compress).1,
+            compress: self.cfg.compress.to_wire().0,
+            compress_level: self.cfg.compress.to_wire().1,
             sync: wire::SyncOptions {
                 gated: false,
                 ..self.cfg.sync

@@ -5,24 +5,19 @@
 //! sessions may take together.
 
 use secure::Protection;
-use wire::{
-    ErrorCode, Op, Request, PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY,
-};
+use wire::{ErrorCode, Op, Request};
 
 use connect::error::TransferError;
 
 /// The protection a request's code names. An unknown code is refused,
 /// never taken for a weaker one (P-39).
 pub fn parse_protection(code: u8) -> Result<Protection, TransferError> {
-    match code {
-        PROTECT_AES256GCM => Ok(Protection::Aes256Gcm),
-        PROTECT_CHACHA20POLY1305 => Ok(Protection::ChaCha20Poly1305),
-        PROTECT_INTEGRITY_ONLY => Ok(Protection::IntegrityOnly),
-        c => Err(TransferError::new(
+    Protection::from_wire(code).ok_or_else(|| {
+        TransferError::new(
             ErrorCode::Protocol,
-            format!("unknown protection code {c}; install the same haul release on both hosts"),
-        )),
-    }
+            format!("unknown protection code {code}; install the same haul release on both hosts"),
+        )
+    })
 }
 
 /// Refuses a protection the server's policy does not allow (P-39).
@@ -141,6 +136,7 @@ pub(super) fn check_request(req: &Request) -> Result<(), TransferError> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use wire::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONLY};
 
     /// A request of `op` for one path, "x", with the rest plain.
     pub(in crate::server) fn request(op: Op, streams: u16, block_size: u32) -> Request {

@@ -3,7 +3,7 @@
 //! stop it may call at any moment (a revoked key), and how its errors read
 //! to the peer (paths below the key's root, not the server's own).
 //!
-//! It rides in the run's [`crate::Progress`], which every engine already
+//! It rides in the run's [`crate::progress::Progress`], which every engine already
 //! holds: the TCP and UDP paths of both sides and the tunnel's lanes draw
 //! from [`RunControl::pace`], and their control loops look at
 //! [`RunControl::stopped`] at least every 50 ms.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rate::TokenBucket;
 
-use crate::error::TransferError;
+use wire::TransferError;
 
 /// A rate that several runs draw from together: a key's `rate=`, shared
 /// by every session of that key, both directions, every transport.
