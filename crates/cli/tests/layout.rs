@@ -289,3 +289,99 @@ fn the_checker_sees_a_circle() {
         vec![vec!["x", "Y"], vec!["z"]]
     );
 }
+
+/// The workspace crates each crate's `Cargo.toml` depends on (not its
+/// dev-dependencies), by package name.
+fn crate_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut manifests = Vec::new();
+    for e in fs::read_dir(root.join("crates")).unwrap() {
+        let m = e.unwrap().path().join("Cargo.toml");
+        if m.is_file() {
+            manifests.push(fs::read_to_string(m).unwrap());
+        }
+    }
+    let name_of = |t: &str| -> String {
+        t.lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .and_then(|r| r.strip_suffix('"'))
+            .expect("a package name")
+            .to_string()
+    };
+    let names: BTreeSet<String> = manifests.iter().map(|t| name_of(t)).collect();
+    let mut graph = BTreeMap::new();
+    for t in &manifests {
+        let deps: BTreeSet<String> = t
+            .split("\n[dependencies]\n")
+            .nth(1)
+            .map(|d| d.split("\n[").next().unwrap_or(""))
+            .unwrap_or("")
+            .lines()
+            .filter_map(|l| {
+                let n = l.split(['.', ' ', '=']).next()?.trim();
+                names.contains(n).then(|| n.to_string())
+            })
+            .collect();
+        graph.insert(name_of(t), deps);
+    }
+    graph
+}
+
+/// The table of ARCHITECTURE.md's "Crates": each crate and what it uses.
+fn written_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let doc = fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let table = doc
+        .split("against every `Cargo.toml`")
+        .nth(1)
+        .and_then(|r| r.split("```\n").nth(1))
+        .expect("ARCHITECTURE.md has the table of what each crate uses");
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current = String::new();
+    for line in table.lines() {
+        let (name, rest) = match line.starts_with(' ') {
+            true => (current.clone(), line.trim()),
+            false => {
+                let (n, r) = line.split_once(' ').unwrap_or((line, ""));
+                (n.to_string(), r.trim())
+            }
+        };
+        current = name.clone();
+        let deps = graph.entry(name).or_default();
+        deps.extend(
+            rest.split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty() && *d != "-")
+                .map(str::to_string),
+        );
+    }
+    graph
+}
+
+/// Issue 40: the crate graph is the one ARCHITECTURE.md writes down, so a
+/// dependency that skips the layering fails here, not in review.
+#[test]
+fn the_crate_graph_is_the_one_architecture_md_writes_down() {
+    let root = workspace();
+    let (built, written) = (crate_graph(&root), written_graph(&root));
+    let mut report = Vec::new();
+    for name in built.keys().chain(written.keys()).collect::<BTreeSet<_>>() {
+        let (b, w) = (built.get(name), written.get(name));
+        match (b, w) {
+            (Some(b), Some(w)) if b == w => {}
+            (Some(b), Some(w)) => {
+                let extra: Vec<_> = b.difference(w).collect();
+                let gone: Vec<_> = w.difference(b).collect();
+                report.push(format!(
+                    "{name}: Cargo.toml also has {extra:?}; ARCHITECTURE.md also has {gone:?}"
+                ));
+            }
+            (Some(_), None) => report.push(format!("{name}: not in ARCHITECTURE.md's table")),
+            (None, _) => report.push(format!("{name}: in ARCHITECTURE.md's table, not a crate")),
+        }
+    }
+    assert!(built.len() > 15, "read only {} crates", built.len());
+    assert!(
+        report.is_empty(),
+        "the crate graph and docs/ARCHITECTURE.md disagree:\n{}",
+        report.join("\n")
+    );
+}
