@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use session::paths::Placement;
-use store::sink::Extraneous;
-use store::{BlockSink, Held, Stamp, StoreError, StoreErrorKind};
+use store::{
+    BlockSink, Capabilities, DirTimes, Extraneous, Held, Stamp, StoreError, StoreErrorKind,
+    Verified,
+};
 
 use crate::client::Store;
 use crate::error::from_sdk;
@@ -112,13 +114,16 @@ impl S3Sink {
 }
 
 impl BlockSink for S3Sink {
-    fn on_contention(&self, _poke: Arc<store::partial::Poke>) {}
-
-    fn take_notes(&self) -> Vec<store::sink::Note> {
-        Vec::new()
+    /// Objects have no links, modes or directory times; what an upload
+    /// left is resumed, what is in place read, and `--delete` kept.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            resume: true,
+            in_place: true,
+            delete: true,
+            ..Capabilities::default()
+        }
     }
-
-    fn let_go(&self) {}
 
     /// Objects under the destination, or uploads into it left to resume.
     fn destination_exists(&self) -> bool {
@@ -216,10 +221,10 @@ impl BlockSink for S3Sink {
         }
     }
 
-    fn finalize(&self, batch: &[(u32, u32, i64, u32)]) -> Result<(), StoreError> {
+    fn finalize(&self, batch: &[Verified]) -> Result<(), StoreError> {
         let mut ups = Vec::with_capacity(batch.len());
-        for (id, ..) in batch {
-            let up = self.upload(*id)?;
+        for v in batch {
+            let up = self.upload(v.id)?;
             up.settle()?;
             ups.push(up);
         }
@@ -235,13 +240,13 @@ impl BlockSink for S3Sink {
             }
             out
         });
-        for ((id, ..), r) in batch.iter().zip(results) {
+        for (v, r) in batch.iter().zip(results) {
             match r {
                 Ok(Ok(())) => {
                     self.uploads
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .remove(id);
+                        .remove(&v.id);
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(e) => {
@@ -255,7 +260,7 @@ impl BlockSink for S3Sink {
         Ok(())
     }
 
-    fn finish(&self, _dirs: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
+    fn finish(&self, _dirs: &[DirTimes]) -> Result<(), StoreError> {
         Ok(())
     }
 
@@ -311,7 +316,10 @@ impl BlockSink for S3Sink {
                     .strip_prefix(&top)
                     .unwrap_or(&child)
                     .trim_end_matches('/');
-                out.push((child.as_bytes().to_vec(), shown.as_bytes().to_vec()));
+                out.push(Extraneous {
+                    place: child.as_bytes().to_vec(),
+                    shown: shown.as_bytes().to_vec(),
+                });
             }
         }
         Ok(out)

@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::FlockOperation;
 use session::{block_hash, FileDigest};
 use store::beneath::Beneath;
-use store::partial::Poke;
-use store::sink::Extraneous;
-use store::{BlockSink, Held, Sink, Stamp, StoreError, StoreErrorKind};
+use store::{
+    BlockSink, Capabilities, DirTimes, Held, Note, Sink, Stamp, StoreError, StoreErrorKind,
+    Verified,
+};
 use wire::{NoteKind, ShardSpec};
 
 use crate::ledger::{list, path_key, Done, Ledger};
@@ -243,27 +244,21 @@ impl ShardSink {
     }
 }
 
+/// A layer over the file sink: what is not a piece of a split file, and
+/// every capability not overridden here, goes to the files beneath.
 impl BlockSink for ShardSink {
-    fn on_contention(&self, poke: Arc<Poke>) {
-        self.inner.on_contention(poke)
+    fn inner(&self) -> Option<&dyn BlockSink> {
+        Some(&self.inner)
     }
 
-    fn take_notes(&self) -> Vec<store::sink::Note> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn take_notes(&self) -> Vec<Note> {
         let mut notes = self.inner.take_notes();
         notes.extend(std::mem::take(&mut *self.notes.lock().expect("notes")));
         notes
-    }
-
-    fn let_go(&self) {
-        self.inner.let_go()
-    }
-
-    fn destination_exists(&self) -> bool {
-        self.inner.destination_exists()
-    }
-
-    fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
-        self.inner.final_path(rel)
     }
 
     fn open_placed(&self, rel: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
@@ -285,8 +280,8 @@ impl BlockSink for ShardSink {
         if !left {
             return Ok(None);
         }
-        let file = match self.ledger.data_if_there(&key)? {
-            Some(f) => f,
+        let file: Arc<dyn Held> = match self.ledger.data_if_there(&key)? {
+            Some(f) => Arc::new(f),
             None => match self.inner.open_placed(rel)? {
                 Some(f) => f,
                 None => return Ok(None),
@@ -301,10 +296,6 @@ impl BlockSink for ShardSink {
 
     fn make_dir(&self, rel: &[u8], mode: u32) -> Result<(), StoreError> {
         self.inner.make_dir(rel, mode)
-    }
-
-    fn make_symlink(&self, rel: &[u8], target: &[u8]) -> Result<(), StoreError> {
-        self.inner.make_symlink(rel, target)
     }
 
     fn open_file(&self, id: u32, rel: &[u8], stamp: &Stamp) -> Result<(), StoreError> {
@@ -445,11 +436,17 @@ impl BlockSink for ShardSink {
         }
     }
 
-    fn finalize(&self, batch: &[(u32, u32, i64, u32)]) -> Result<(), StoreError> {
-        let (pieces, whole): (Vec<_>, Vec<_>) =
-            batch.iter().partition(|(id, ..)| self.piece(*id).is_some());
+    fn finalize(&self, batch: &[Verified]) -> Result<(), StoreError> {
+        let (pieces, whole): (Vec<Verified>, Vec<Verified>) =
+            batch.iter().partition(|v| self.piece(v.id).is_some());
         self.inner.finalize(&whole)?;
-        for &(id, mode, mtime, nsec) in &pieces {
+        for &Verified {
+            id,
+            mode,
+            mtime,
+            mtime_nsec: nsec,
+        } in &pieces
+        {
             let p = self.piece(id).expect("a piece");
             let shown = self.shown(&p.rel);
             if let Some(f) = &p.data {
@@ -483,7 +480,7 @@ impl BlockSink for ShardSink {
         Ok(())
     }
 
-    fn finish(&self, dirs: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
+    fn finish(&self, dirs: &[DirTimes]) -> Result<(), StoreError> {
         if !self.status_only {
             self.inner.finish(dirs)?;
             let pieces: Vec<Arc<OpenPiece>> = self
@@ -511,20 +508,6 @@ impl BlockSink for ShardSink {
         Ok(())
     }
 
-    fn extraneous(
-        &self,
-        dirs: &[Vec<u8>],
-        keep: &[Vec<u8>],
-        contents: bool,
-        partials: bool,
-    ) -> Result<Vec<Extraneous>, StoreError> {
-        self.inner.extraneous(dirs, keep, contents, partials)
-    }
-
-    fn remove(&self, places: &[Vec<u8>], partials: bool) -> Result<Vec<bool>, StoreError> {
-        self.inner.remove(places, partials)
-    }
-
     fn abort(&self) {
         self.inner.abort()
     }
@@ -533,7 +516,7 @@ impl BlockSink for ShardSink {
 /// The part of a file from `offset`, read as if it were the whole: what a
 /// piece's earlier run left, as the receiver's partial of it.
 struct Region {
-    file: File,
+    file: Arc<dyn Held>,
     offset: u64,
     len: u64,
 }
@@ -544,7 +527,7 @@ impl Held for Region {
     }
 
     fn stat(&self) -> std::io::Result<(u64, i64, u32)> {
-        let (_, t, n) = Held::stat(&self.file)?;
+        let (_, t, n) = self.file.stat()?;
         Ok((self.len, t, n))
     }
 
@@ -555,6 +538,6 @@ impl Held for Region {
                 "read past the end of a piece",
             ));
         }
-        FileExt::read_exact_at(&self.file, buf, self.offset + offset)
+        self.file.read_exact_at(buf, self.offset + offset)
     }
 }

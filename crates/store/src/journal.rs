@@ -47,22 +47,7 @@ pub enum Afresh {
 /// Blocks a journal lists: index and hash, in index order.
 pub type Listed = Vec<(u32, [u8; 32])>;
 
-/// What a partial is a copy of: the source file's size and modification
-/// time as its manifest entry gave them, and the session's block size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    pub block_size: u32,
-    pub size: u64,
-    pub mtime: i64,
-    pub mtime_nsec: u32,
-}
-
-impl Stamp {
-    /// How many blocks a file of this stamp has.
-    pub(crate) fn blocks(&self) -> u64 {
-        self.size.div_ceil(self.block_size.max(1) as u64)
-    }
-}
+pub use crate::storage::Stamp;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum JournalError {

@@ -36,9 +36,11 @@ pub mod walk_beneath;
 pub use cache::ChunkCache;
 pub use confine::Root;
 pub use error::{StoreError, StoreErrorKind};
-pub use journal::Stamp;
 pub use sink::{Destination, OutFile, Sink};
 pub use source::Sources;
-pub use storage::{BlockSink, BlockSource, Held, HeldReader};
+pub use storage::{
+    unsupported, BlockSink, BlockSource, Capabilities, DirTimes, Extraneous, Held, HeldReader,
+    Note, Poke, Stamp, Verified,
+};
 pub use walk::{names_contents, walk, walk_listed, Inode, Walked};
 pub use walk_beneath::walk_beneath;

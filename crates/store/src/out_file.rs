@@ -2,6 +2,7 @@
 //! or not, the descriptor kept while few enough are open, and the journal
 //! of the blocks written to it.
 
+use crate::storage::Note;
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -69,9 +70,6 @@ pub struct OutFile {
     pub(crate) writing: Mutex<()>,
 }
 
-/// What a receiver notes about its files for the user (P-41): the kind,
-/// and one line naming the file.
-pub type Note = (wire::NoteKind, String);
 
 /// The notes a sink has made and not yet handed over.
 #[derive(Default)]

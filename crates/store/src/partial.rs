@@ -81,11 +81,7 @@ pub const LET_GO_WAIT: Duration = Duration::from_secs(20);
 /// fires.
 pub const LIVE_GRACE: Duration = Duration::from_secs(5);
 
-/// What a transfer that holds partials does when another wants one: it
-/// tells its peer something at once, so that a peer gone without a word
-/// (killed while the link was down) answers with a reset and the holder
-/// lets go, instead of holding on until its timeout.
-pub type Poke = dyn Fn() + Send + Sync;
+pub use crate::storage::Poke;
 
 /// The pokes of the partials this process holds, by device and inode;
 /// entries whose transfer has ended are pruned whenever the map has

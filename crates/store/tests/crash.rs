@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use netsim::Rng;
 use store::durable::SyncObserver;
-use store::{Destination, Root, Sink, Stamp};
+use store::{BlockSink, Destination, Root, Sink, Stamp, Verified};
 
 const BLOCK: u32 = 64 << 10;
 
@@ -289,8 +289,15 @@ fn run(dest: &Path, shadow: &Arc<Shadow>, files: &[Source], rng: &mut Rng, steps
         let place_now = !ready.is_empty() && (todo.is_empty() || rng.below(3) == 0);
         if place_now {
             let n = 1 + rng.below(ready.len() as u64) as usize;
-            let batch: Vec<(u32, u32, i64, u32)> =
-                ready.drain(..n).map(|id| (id, 0o644, 0, 0)).collect();
+            let batch: Vec<Verified> = ready
+                .drain(..n)
+                .map(|id| Verified {
+                    id,
+                    mode: 0o644,
+                    mtime: 0,
+                    mtime_nsec: 0,
+                })
+                .collect();
             s.finalize(&batch).unwrap();
             continue;
         }

@@ -7,18 +7,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use connect::framed::{FrameReader, FrameWriter};
 use connect::Progress;
 use secure::{Opener, Protection, Sealer};
 use session::{ReceiverSession, SenderSession};
-use store::partial::Poke;
-use store::sink::Extraneous;
-use store::{BlockSink, BlockSource, Held, Stamp, StoreError, StoreErrorKind};
+use store::{
+    BlockSink, BlockSource, Capabilities, DirTimes, Held, Stamp, StoreError, StoreErrorKind,
+    Verified,
+};
 use transfer::{run_receiver, run_sender, ReceiveOptions, RecvPath, SendPath, Sending};
-use wire::{Entry, EntryKind, NoteKind};
+use wire::{Entry, EntryKind};
 
 const BLOCK: u32 = 64 << 10;
 
@@ -106,40 +106,17 @@ impl MemorySink {
     }
 }
 
+/// The core, and the two capabilities it has: zero holes and a record of
+/// verified blocks (counted). No links, no resume, no `--delete`: the
+/// storage interface's defaults say so.
 impl BlockSink for MemorySink {
-    fn on_contention(&self, _: Arc<Poke>) {}
-
-    fn take_notes(&self) -> Vec<(NoteKind, String)> {
-        Vec::new()
-    }
-
-    fn let_go(&self) {}
-
-    fn destination_exists(&self) -> bool {
-        !self.placed.lock().unwrap().is_empty()
-    }
-
-    fn final_path(&self, rel: &[u8]) -> Result<Option<PathBuf>, StoreError> {
-        Ok(Some(PathBuf::from(
-            String::from_utf8_lossy(rel).into_owned(),
-        )))
-    }
-
-    fn open_placed(&self, _: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
-        Ok(None)
-    }
-
-    fn partial_of(&self, _: &[u8]) -> Result<Option<Arc<dyn Held>>, StoreError> {
-        Ok(None)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
     }
 
     fn make_dir(&self, rel: &[u8], _: u32) -> Result<(), StoreError> {
         self.dirs.lock().unwrap().push(rel.to_vec());
         Ok(())
-    }
-
-    fn make_symlink(&self, _: &[u8], _: &[u8]) -> Result<(), StoreError> {
-        Err(missing("links are not kept here"))
     }
 
     fn open_file(&self, id: u32, rel: &[u8], stamp: &Stamp) -> Result<(), StoreError> {
@@ -148,16 +125,33 @@ impl BlockSink for MemorySink {
         Ok(())
     }
 
-    fn held_blocks(&self, _: u32) -> Result<Vec<(u32, [u8; 32])>, StoreError> {
-        Ok(Vec::new())
-    }
-
     fn write_block(&self, id: u32, offset: u64, data: &[u8]) -> Result<(), StoreError> {
         self.with(id, |f| {
             let at = offset as usize;
             f.get_mut(at..at + data.len())?.copy_from_slice(data);
             Some(())
         })
+    }
+
+    fn finalize(&self, batch: &[Verified]) -> Result<(), StoreError> {
+        for v in batch {
+            let (rel, data) = self
+                .open
+                .lock()
+                .unwrap()
+                .remove(&v.id)
+                .ok_or_else(|| missing("finalized twice"))?;
+            self.placed.lock().unwrap().insert(rel, data);
+        }
+        Ok(())
+    }
+
+    fn finish(&self, _: &[DirTimes]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn abort(&self) {
+        self.open.lock().unwrap().clear();
     }
 
     fn write_zero(&self, id: u32, offset: u64, len: u32) -> Result<(), StoreError> {
@@ -172,39 +166,8 @@ impl BlockSink for MemorySink {
         *self.recorded.lock().unwrap() += 1;
     }
 
-    fn finalize(&self, batch: &[(u32, u32, i64, u32)]) -> Result<(), StoreError> {
-        for &(id, ..) in batch {
-            let (rel, data) = self
-                .open
-                .lock()
-                .unwrap()
-                .remove(&id)
-                .ok_or_else(|| missing("finalized twice"))?;
-            self.placed.lock().unwrap().insert(rel, data);
-        }
-        Ok(())
-    }
-
-    fn finish(&self, _: &[(Vec<u8>, i64, u32)]) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn extraneous(
-        &self,
-        _: &[Vec<u8>],
-        _: &[Vec<u8>],
-        _: bool,
-        _: bool,
-    ) -> Result<Vec<Extraneous>, StoreError> {
-        Ok(Vec::new())
-    }
-
-    fn remove(&self, places: &[Vec<u8>], _: bool) -> Result<Vec<bool>, StoreError> {
-        Ok(vec![false; places.len()])
-    }
-
-    fn abort(&self) {
-        self.open.lock().unwrap().clear();
+    fn destination_exists(&self) -> bool {
+        !self.placed.lock().unwrap().is_empty()
     }
 }
 

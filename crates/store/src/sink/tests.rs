@@ -1,5 +1,17 @@
 //! The sink's tests: placement, resume, descriptors and links.
 use super::*;
+use crate::storage::{BlockSink, DirTimes, Stamp, Verified};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::sync::atomic::Ordering;
+
+fn verified(id: u32, mode: u32, mtime: i64, mtime_nsec: u32) -> Verified {
+    Verified {
+        id,
+        mode,
+        mtime,
+        mtime_nsec,
+    }
+}
 use std::fs::OpenOptions;
 
 fn stamp(size: u64) -> Stamp {
@@ -37,7 +49,7 @@ fn any_number_of_files_within_the_descriptor_limit() {
     }
     // Other tests' descriptors come and go meanwhile: allow for them.
     assert!(open_fds() < before + MAX_OPEN + 64, "{} open", open_fds());
-    let batch: Vec<_> = (0..n).map(|id| (id, 0o644, 0, 0)).collect();
+    let batch: Vec<_> = (0..n).map(|id| verified(id, 0o644, 0, 0)).collect();
     s.finalize(&batch).unwrap();
     for id in 0..n {
         let got = fs::read(d.path().join(format!("many/f{id}"))).unwrap();
@@ -68,7 +80,7 @@ fn file_appears_only_after_finalize() {
     s.write_block(1, 3, b"def").unwrap();
     s.write_block(1, 0, b"abc").unwrap();
     assert!(!d.path().join("out.bin").exists());
-    s.finalize(&[(1, 0o640, 1_000_000, 5)]).unwrap();
+    s.finalize(&[verified(1, 0o640, 1_000_000, 5)]).unwrap();
     let p = d.path().join("out.bin");
     assert_eq!(fs::read(&p).unwrap(), b"abcdef");
     assert_eq!(
@@ -107,7 +119,7 @@ fn a_file_of_one_block_keeps_no_journal() {
     s.open_file(1, b"small", &st).unwrap();
     assert_eq!(s.held_blocks(1).unwrap(), vec![]);
     s.write_block(1, 0, &[7; 1000]).unwrap();
-    s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+    s.finalize(&[verified(1, 0o644, 0, 0)]).unwrap();
     assert_eq!(fs::read(d.path().join("small")).unwrap(), vec![7; 1000]);
     assert!(!journal.exists());
     assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
@@ -140,7 +152,7 @@ fn a_partial_resumes_the_blocks_its_journal_lists_and_still_holds() {
     s.open_file(1, b"x", &st).unwrap();
     let held = s.held_blocks(1).unwrap();
     assert_eq!(held, vec![(0, session::block_hash(&block(0)))]);
-    s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+    s.finalize(&[verified(1, 0o644, 0, 0)]).unwrap();
     assert!(!journal.exists(), "gone once the file is placed");
 
     // Another version of the source: its journal starts afresh.
@@ -185,7 +197,7 @@ fn abort_keeps_only_partials_that_hold_data() {
         "held by this transfer"
     );
     s.write_block(1, 5, b" world!").unwrap();
-    s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+    s.finalize(&[verified(1, 0o644, 0, 0)]).unwrap();
     assert_eq!(fs::read(d.path().join("x")).unwrap(), b"hello world!");
     assert!(!kept.exists());
 
@@ -207,7 +219,7 @@ fn a_partial_held_by_a_live_transfer_is_left_alone() {
     assert!(second.partial_of(b"x").unwrap().is_none());
     second.open_file(1, b"x", &stamp(4)).unwrap();
     second.write_block(1, 0, b"bbbb").unwrap();
-    second.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+    second.finalize(&[verified(1, 0o644, 0, 0)]).unwrap();
     assert_eq!(fs::read(d.path().join("x")).unwrap(), b"bbbb");
     first.abort();
     assert_eq!(fs::read(d.path().join(".x.haul.part")).unwrap(), b"aaaa");
@@ -297,7 +309,7 @@ fn a_link_named_like_a_temporary_is_never_written_through() {
     s.write_block(1, 0, &vec![1; bs as usize]).unwrap();
     s.record(1, 0, &session::block_hash(&vec![1; bs as usize]));
     s.write_block(1, bs as u64, &vec![2; bs as usize]).unwrap();
-    s.finalize(&[(1, 0o777, 0, 0)]).unwrap();
+    s.finalize(&[verified(1, 0o777, 0, 0)]).unwrap();
     v.untouched();
     let placed = fs::symlink_metadata(root.join("x")).unwrap();
     assert!(placed.is_file(), "x is the file sent, not a link");
@@ -323,7 +335,13 @@ fn a_link_is_never_a_directory_to_fill_change_or_clean() {
     assert!(s.make_symlink(b"d/l", b"x").is_err());
     assert!(s.make_dir(b"d/sub2", 0o755).is_err());
     // `-p` on it: refused, the target's mode and times untouched.
-    assert!(s.finish(&[(b"d".to_vec(), 915_000_000, 0)]).is_err());
+    assert!(s
+        .finish(&[DirTimes {
+            rel: b"d".to_vec(),
+            mtime: 915_000_000,
+            mtime_nsec: 0
+        }])
+        .is_err());
     // `--delete` in it: refused, nothing listed or removed there.
     let e = s
         .extraneous(&[b"d".to_vec()], &[], false, false)
@@ -335,7 +353,13 @@ fn a_link_is_never_a_directory_to_fill_change_or_clean() {
     // The link itself is extraneous to a tree without it, and removing it
     // removes the link only.
     let found = s.extraneous(&[], &[], true, false).unwrap();
-    assert_eq!(found, vec![(b"d".to_vec(), b"d".to_vec())]);
+    assert_eq!(
+        found,
+        vec![Extraneous {
+            place: b"d".to_vec(),
+            shown: b"d".to_vec()
+        }]
+    );
     s.remove(&[b"d".to_vec()], false).unwrap();
     assert!(!root.join("d").exists());
     v.untouched();
@@ -350,7 +374,7 @@ fn a_link_in_place_of_a_file_is_replaced_never_read() {
     assert!(s.partial_of(b"s").unwrap().is_none());
     s.open_file(1, b"s", &stamp(3)).unwrap();
     s.write_block(1, 0, b"new").unwrap();
-    s.finalize(&[(1, 0o644, 0, 0)]).unwrap();
+    s.finalize(&[verified(1, 0o644, 0, 0)]).unwrap();
     assert_eq!(fs::read(root.join("s")).unwrap(), b"new");
     assert!(!fs::symlink_metadata(root.join("s")).unwrap().is_symlink());
     v.untouched();
@@ -404,7 +428,8 @@ fn partials_another_live_transfer_holds_cost_one_grace_in_all() {
     // Both went to names of their own, and the held partials are untouched.
     s.write_block(1, 0, b"12345678").unwrap();
     s.write_block(2, 0, b"abcdefgh").unwrap();
-    s.finalize(&[(1, 0o644, 0, 0), (2, 0o644, 0, 0)]).unwrap();
+    s.finalize(&[verified(1, 0o644, 0, 0), verified(2, 0o644, 0, 0)])
+        .unwrap();
     assert_eq!(fs::read(d.path().join("t/a")).unwrap(), b"12345678");
     assert!(d.path().join("t/.a.haul.part").exists(), "still held");
     drop(held);

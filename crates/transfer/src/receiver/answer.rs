@@ -47,9 +47,16 @@ impl Receiving<'_, '_> {
     }
 
     fn answer(&self, q: Question) -> Result<(), TransferError> {
+        // What this sink can do: a store that keeps no partials or cannot
+        // read what is in place is not asked.
+        let can = self.sink.capabilities();
         // The file in place, opened without following a link (P-38): a
         // link there is neither read nor told about.
-        let existing = self.sink.open_placed(&q.path)?.and_then(|f| {
+        let placed = match can.in_place {
+            true => self.sink.open_placed(&q.path)?,
+            false => None,
+        };
+        let existing = placed.and_then(|f| {
             let (size, secs, nsec) = f.stat().ok()?;
             Some((size, (secs, nsec), f))
         });
@@ -84,7 +91,7 @@ impl Receiving<'_, '_> {
         // What an interrupted transfer of this file left (P-35) is the
         // likelier match: it is this source, where the file in place may
         // be an older version. The file is written into it in place.
-        let partial = match (&self.opts.basis, self.opts.sync.dedup) {
+        let partial = match (&self.opts.basis, self.opts.sync.dedup && can.resume) {
             (None, true) => self.sink.partial_of(&q.path)?,
             _ => None,
         };

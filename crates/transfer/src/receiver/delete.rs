@@ -3,7 +3,7 @@
 //! partial another transfer holds is never removed (P-41).
 
 use session::ReceiverSession;
-use store::BlockSink;
+use store::{BlockSink, DirTimes};
 
 use connect::error::TransferError;
 
@@ -16,21 +16,21 @@ pub(crate) fn delete_extraneous(
     sh: &Shared<ReceiverSession>,
     sink: &dyn BlockSink,
     opts: &ReceiveOptions,
-    dirs: &[(Vec<u8>, i64, u32)],
+    dirs: &[DirTimes],
 ) -> Result<(), TransferError> {
     let keep = sh.lock().entry_paths().to_vec();
-    let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|(p, ..)| p.clone()).collect();
+    let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|d| d.rel.clone()).collect();
     let partials = opts.sync.delete_partials;
     let mut found = sink.extraneous(&dir_paths, &keep, opts.contents, partials)?;
     if !opts.sync.dry_run {
         // What holds a partial another transfer has taken meanwhile stays
         // (P-41), and is not reported as removed.
-        let places: Vec<Vec<u8>> = found.iter().map(|(p, _)| p.clone()).collect();
+        let places: Vec<Vec<u8>> = found.iter().map(|x| x.place.clone()).collect();
         let gone = sink.remove(&places, partials)?;
         let mut it = gone.into_iter();
         found.retain(|_| it.next().unwrap_or(false));
     }
-    let rels: Vec<Vec<u8>> = found.into_iter().map(|(_, r)| r).collect();
+    let rels: Vec<Vec<u8>> = found.into_iter().map(|x| x.shown).collect();
     sh.progress
         .deleted
         .lock()

@@ -58,8 +58,21 @@ pub fn run_receiver(
         ctrl_r.get_ref(),
         data.iter().map(|r| r.get_ref().try_clone()),
     )?;
+    // `--delete` into a store that cannot delete is refused before
+    // anything arrives, not after every file is placed.
+    if opts.sync.delete && !sink.capabilities().delete {
+        let e = TransferError::from(store::unsupported(
+            "delete what the source lacks (--delete)",
+        ));
+        let mut w = ctrl_w;
+        let _ = w.send_msg(&Msg::Error {
+            code: e.code,
+            message: progress.control.shown(&e.message),
+        });
+        return Err(e);
+    }
     let sh = Shared::new(session, ctrl_w, sockets, progress);
-    let (fin_tx, fin_rx) = mpsc::channel::<(u32, u32, i64, u32)>();
+    let (fin_tx, fin_rx) = mpsc::channel::<store::Verified>();
     let (block_size, gated) = {
         let st = sh.lock();
         (st.block_size(), st.is_gated())
@@ -209,7 +222,7 @@ impl Receiving<'_, '_> {
         }
     }
 
-    pub(crate) fn finalizer(&self, rx: mpsc::Receiver<(u32, u32, i64, u32)>) {
+    pub(crate) fn finalizer(&self, rx: mpsc::Receiver<store::Verified>) {
         while !self.sh.is_done() && !self.sh.stopped() {
             let first = match rx.recv_timeout(POLL) {
                 Ok(f) => f,
@@ -229,10 +242,10 @@ impl Receiving<'_, '_> {
             }
             let actions = {
                 let mut st = self.sh.lock();
-                for (id, ..) in &batch {
-                    st.placed(*id);
-                    self.bases.close(*id);
-                    if let (Some(tx), Some(rel)) = (&self.placed, st.path_of(*id)) {
+                for v in &batch {
+                    st.placed(v.id);
+                    self.bases.close(v.id);
+                    if let (Some(tx), Some(rel)) = (&self.placed, st.path_of(v.id)) {
                         self.caching.fetch_add(1, Ordering::SeqCst);
                         let _ = tx.send(rel.to_vec());
                     }

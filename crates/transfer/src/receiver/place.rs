@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use session::{block_hash, Action, BlockVerdict, ReceiverSession};
-use store::BlockSink;
+use store::{BlockSink, DirTimes, Verified};
 use wire::{BlockHeader, ErrorCode};
 
 use connect::error::TransferError;
@@ -34,7 +34,7 @@ pub(crate) struct Receiving<'a, 'p> {
     pub(crate) block_size: u32,
     pub(crate) sh: &'a Shared<'p, ReceiverSession>,
     pub(crate) sink: &'a dyn BlockSink,
-    pub(crate) fin_tx: mpsc::Sender<(u32, u32, i64, u32)>,
+    pub(crate) fin_tx: mpsc::Sender<Verified>,
     pub(crate) opts: &'a ReceiveOptions,
     pub(crate) bases: Bases,
     /// Files for the answerer, in a gated session (P-31).
@@ -129,9 +129,22 @@ impl Receiving<'_, '_> {
                         mtime,
                         mtime_nsec,
                     } => {
-                        let _ = self.fin_tx.send((id, mode, mtime, mtime_nsec));
+                        let _ = self.fin_tx.send(Verified {
+                            id,
+                            mode,
+                            mtime,
+                            mtime_nsec,
+                        });
                     }
                     Action::Finish { dirs } => {
+                        let dirs: Vec<DirTimes> = dirs
+                            .into_iter()
+                            .map(|(rel, mtime, mtime_nsec)| DirTimes {
+                                rel,
+                                mtime,
+                                mtime_nsec,
+                            })
+                            .collect();
                         if self.opts.sync.delete {
                             super::delete::delete_extraneous(self.sh, self.sink, self.opts, &dirs)?;
                         }
