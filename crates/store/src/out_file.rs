@@ -2,7 +2,6 @@
 //! or not, the descriptor kept while few enough are open, and the journal
 //! of the blocks written to it.
 
-use crate::storage::Note;
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -16,6 +15,7 @@ use crate::beneath::Beneath;
 use crate::error::StoreError;
 use crate::journal::{Afresh, Journal, Stamp};
 use crate::partial;
+use crate::storage::Note;
 use crate::temp::{create_temp, open_resumable};
 
 /// Temporary files kept open at once. A tree's manifest announces every
@@ -69,7 +69,6 @@ pub struct OutFile {
     /// here sleeps instead, and leaves the core to the other stages.
     pub(crate) writing: Mutex<()>,
 }
-
 
 /// The notes a sink has made and not yet handed over.
 #[derive(Default)]
