@@ -12,8 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use secure::{Keypair, PublicKey};
-use session::{ReceiverSession, SenderSession};
-use store::{Destination, Root, Sink, Sources};
+use store::Root;
 use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
 
 use connect::error::TransferError;
@@ -24,9 +23,9 @@ use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joins};
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
 use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
-use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
 mod access;
+mod admission;
 mod admit;
 pub mod bucket;
 mod files;
@@ -38,6 +37,7 @@ mod guards;
 mod memory;
 mod metrics;
 mod record;
+mod sides;
 use greetings::{Greeting, Greetings, Refused};
 pub use greetings::{GREETING_GRACE, MAX_GREETING, PER_SOURCE};
 use guards::SessionGuard;
@@ -46,7 +46,6 @@ mod keyed;
 mod keyring;
 mod limits;
 pub use keyed::Prekeyed;
-use limits::check_request;
 pub use limits::{
     check_policy, data_frame_max, parse_protection, protection_of, SessionBudget, DAEMON_MEMORY,
     SESSION_MEMORY,
@@ -481,24 +480,20 @@ impl Server {
         };
         ctrl_r.get_ref().set_read_timeout(None).ok();
         rec.request(&req.op, &req.paths, &progress);
-        if let Err(e) = check_request(&req) {
-            return refuse(&mut ctrl_w, e);
-        }
-        // What this key may do (issue 29): the request narrowed or refused,
-        // and the part of the root it sees.
-        let on_bucket = access.root.is_some() && self.cfg.buckets.is_some();
+        // What this key may do (issue 29, P-43): the request refused or
+        // narrowed, the part of the root it sees, its protection.
         let asked = req.clone();
-        let allowed = match on_bucket {
-            true => Err(TransferError::new(
-                ErrorCode::Permission,
-                "root= confines a key to a directory; this server serves a bucket",
-            )),
-            false => access
-                .allow(req)
-                .and_then(|r| access.root(&self.cfg.root).map(|root| (r, root))),
+        let policy = admission::Policy {
+            served: &self.cfg.root,
+            bucket: self.cfg.buckets.is_some(),
+            require_encryption: self.cfg.require_encryption,
         };
-        let (req, root) = match allowed {
-            Ok(x) => x,
+        let admission::Admitted {
+            req,
+            root,
+            protection,
+        } = match admission::admit_request(&access, &policy, req) {
+            Ok(a) => a,
             Err(e) => return refuse(&mut ctrl_w, e),
         };
         key_session.asked(asked, req.clone());
@@ -508,12 +503,6 @@ impl Server {
         progress
             .control
             .set_hide(Arc::new(move |m| served.hide(&shown_root.hide(m))));
-        let protection = match parse_protection(req.protection)
-            .and_then(|p| check_policy(p, self.cfg.require_encryption).map(|()| p))
-        {
-            Ok(p) => p,
-            Err(e) => return refuse(&mut ctrl_w, e),
-        };
         // Fewer streams than asked if that many would take more memory
         // than a session may, or than the daemon has left (P-39); the
         // client uses those accepted.
@@ -554,138 +543,13 @@ impl Server {
             }
             _ => None,
         };
-
-        // Prepare the side we play before accepting, so errors come first.
-        enum Side {
-            Send(Box<SenderSession>, Box<dyn store::BlockSource>, u64),
-            Receive(Box<dyn store::BlockSink>, transfer::ReceiveOptions),
-            Tunnel(String),
-        }
-        let buckets = self.cfg.buckets.clone();
-        let objects = |p: &String| buckets.as_ref().filter(|b| b.serves(p));
-        // Files or objects, the two sides are made alike.
-        let sending = |entries: Vec<wire::Entry>,
-                       sources: Box<dyn store::BlockSource>,
-                       bytes: u64|
-         -> Result<Side, TransferError> {
-            let mut session = SenderSession::new(entries, req.block_size, send_window(&req));
-            // What the client may answer, and what the session may hold,
-            // the sources' own bookkeeping included (P-43 R-1 … R-4).
-            session.expect(&req.sync);
-            session.admit(session_share(self.cfg.memory), Some(self.reserved.clone()))?;
-            if req.sync.gated {
-                transfer::gate_sender(&mut session, &req.sync, &*sources, req.block_size)?;
-            }
-            Ok(Side::Send(Box::new(session), sources, bytes))
+        // The side this server plays, prepared before accepting, so
+        // errors come first.
+        let side = match self.build_side(&req, &root, &est.peer) {
+            Ok(side) => side,
+            Err(e) => return refuse(&mut ctrl_w, e),
         };
-        let receiving = |basis| transfer::ReceiveOptions {
-            sync: req.sync,
-            basis,
-            cache: self
-                .cfg
-                .cache
-                .as_ref()
-                .and_then(|c| c.for_peer(&est.peer.fingerprint())),
-            contents: req.contents,
-        };
-        let side = match req.op {
-            Op::Tunnel => match self.cfg.tunnel_to.check(&req.paths[0]) {
-                Ok(()) => Side::Tunnel(req.paths[0].clone()),
-                Err(e) => return refuse(&mut ctrl_w, e),
-            },
-            Op::Pull if req.paths.iter().any(|p| objects(p).is_some()) => {
-                let Some(b) = objects(&req.paths[0])
-                    .filter(|_| req.paths.iter().all(|p| objects(p).is_some()))
-                else {
-                    let e = TransferError::new(
-                        ErrorCode::BadRequest,
-                        "pull either s3:// locations or files, not both at once",
-                    );
-                    return refuse(&mut ctrl_w, e);
-                };
-                let side = b
-                    .sources(&req.paths, req.recursive)
-                    .and_then(|(entries, sources, bytes)| sending(entries, sources, bytes));
-                match side {
-                    Ok(side) => side,
-                    Err(e) => return refuse(&mut ctrl_w, e),
-                }
-            }
-            Op::Pull => {
-                let (walked, sources) = match self.walk_request(&root, &req) {
-                    Ok(w) => w,
-                    Err(e) => return refuse(&mut ctrl_w, e),
-                };
-                let bytes = walked.file_bytes();
-                match sending(walked.entries, Box::new(sources), bytes) {
-                    Ok(side) => side,
-                    Err(e) => return refuse(&mut ctrl_w, e),
-                }
-            }
-            Op::Probe { bytes } => {
-                // One file of generated data, verified and discarded by the
-                // client: the network and both hosts' CPUs, no disks (P-36).
-                let probe = wire::Entry {
-                    id: 0,
-                    path: b"probe".to_vec(),
-                    kind: wire::EntryKind::File {
-                        size: bytes,
-                        mode: 0o600,
-                        mtime: 0,
-                        mtime_nsec: 0,
-                    },
-                    target: Vec::new(),
-                };
-                let session = SenderSession::new(vec![probe], req.block_size, send_window(&req));
-                Side::Send(Box::new(session), Box::new(Sources::generated()), bytes)
-            }
-            Op::Push if objects(&req.paths[0]).is_some() => {
-                let b = objects(&req.paths[0]).expect("checked");
-                let why = if !req.basis.is_empty() {
-                    Some("--basis names a file, and this destination is an object store's")
-                } else if req.shard.is_some() {
-                    Some("a split transfer's shards fill files in a shared file system; into an object store, run it as one transfer")
-                } else {
-                    None
-                };
-                if let Some(why) = why {
-                    return refuse(&mut ctrl_w, TransferError::new(ErrorCode::BadRequest, why));
-                }
-                match b.sink(&req.paths[0], req.many_sources, req.contents) {
-                    Ok(sink) => Side::Receive(sink, receiving(None)),
-                    Err(e) => return refuse(&mut ctrl_w, e),
-                }
-            }
-            Op::Push => {
-                let dest = &req.paths[0];
-                let dest_res = self.resolve(&root, dest).and_then(|p| {
-                    Destination::for_path(
-                        &p,
-                        dest.ends_with('/'),
-                        req.many_sources,
-                        req.contents,
-                        root.clone(),
-                    )
-                    .map_err(Into::into)
-                });
-                let basis = self.open_basis(&root, &req.basis);
-                let sink = dest_res.and_then(|d| {
-                    self.receiving_sink(Sink::new(d, req.preserve), req.shard.as_ref())
-                });
-                match sink.and_then(|s| basis.map(|b| (s, b))) {
-                    Ok((sink, basis)) => Side::Receive(sink, receiving(basis)),
-                    Err(e) => return refuse(&mut ctrl_w, e),
-                }
-            }
-        };
-
-        let gated = match &side {
-            // A push of nothing but zeros is not gated: its manifest and
-            // announcements are on their way already (P-29).
-            Side::Receive(..) if req.streams == 0 => false,
-            Side::Receive(sink, opts) => opts.gated(sink.destination_exists()),
-            Side::Send(..) | Side::Tunnel(_) => false,
-        };
+        let gated = side.gated(req.streams);
         let session_id = est.keys.session_id();
         // The socket opened in the handshake serves a UDP request only;
         // one not opened then is opened now that the client is known, and
@@ -742,81 +606,8 @@ impl Server {
         if est.rtt.is_zero() {
             est.rtt = accepted_at.elapsed();
         }
-        if let Side::Tunnel(target) = &side {
-            let DataPlan::Tcp(conns) = plan else {
-                return Err(TransferError::new(
-                    ErrorCode::Protocol,
-                    "a tunnel travels on TCP streams",
-                ));
-            };
-            let ctrl = (ctrl_r, ctrl_w);
-            return tunnel_driver::serve(target, &req, conns, ctrl, est.rtt, progress);
-        }
-        let (send_path, recv_path, how) = match plan {
-            DataPlan::Tcp(conns) => {
-                Progress::set(&progress.streams, conns.len() as u64);
-                let how = format!("{} streams", conns.len());
-                let (readers, writers): (Vec<_>, Vec<_>) =
-                    conns.into_iter().map(|c| (c.reader, c.writer)).unzip();
-                (SendPath::Tcp(writers), RecvPath::Tcp(readers), how)
-            }
-            DataPlan::Udp(link) => {
-                let how = format!("UDP, {}-byte datagrams", link.payload);
-                // Only one of the two is used; the link moves into it.
-                match side {
-                    Side::Send(..) | Side::Tunnel(_) => {
-                        (SendPath::Udp(link), RecvPath::Tcp(vec![]), how)
-                    }
-                    Side::Receive(..) => (SendPath::Tcp(vec![]), RecvPath::Udp(link), how),
-                }
-            }
-        };
-
-        match side {
-            Side::Send(session, sources, bytes) => {
-                let r = run_sender(
-                    ctrl_r,
-                    ctrl_w,
-                    send_path,
-                    *session,
-                    &*sources,
-                    Sending {
-                        rate: rate_of(&req),
-                        compress: codec::Mode::from_wire(req.compress, req.compress_level),
-                        start_rate: None,
-                        known_rate: None,
-                        answer: None,
-                    },
-                    &progress,
-                )?;
-                rec.moved(r.summary.files, bytes);
-                Ok(format!(
-                    "sent {} files, {bytes} bytes, over {how} ({})",
-                    r.summary.files,
-                    protection.name()
-                ))
-            }
-            // Served above, before the data path was split.
-            Side::Tunnel(_) => Err(TransferError::new(ErrorCode::Other, "tunnel served twice")),
-            Side::Receive(sink, opts) => {
-                let mut session = ReceiverSession::new(req.block_size);
-                // A manifest's bookkeeping comes out of the daemon's memory
-                // too, a session's share at most (P-40 S-1).
-                session.set_budget(session_share(self.cfg.memory));
-                session.set_pool(self.reserved.clone());
-                if gated {
-                    transfer::gate_receiver(&mut session, &opts);
-                }
-                let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &*sink, &opts, &progress)?;
-                rec.moved(s.files, s.file_bytes);
-                Ok(format!(
-                    "received {} files, {} bytes, over {how} ({})",
-                    s.files,
-                    s.file_bytes,
-                    protection.name()
-                ))
-            }
-        }
+        let how = (est.rtt, gated, protection);
+        self.run_side(side, plan, (ctrl_r, ctrl_w), &req, how, progress, rec)
     }
 }
 
