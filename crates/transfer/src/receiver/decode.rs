@@ -4,13 +4,13 @@
 //! goes to `place`. Bytes that do not decode are refused, and the block
 //! asked for again.
 
-use session::{block_hash, BlockVerdict};
+use session::block_hash;
 use wire::{BlockHeader, ErrorCode, CODEC_DELTA, CODEC_NONE};
 
 use connect::error::TransferError;
 use connect::progress::Progress;
 
-use super::place::Receiving;
+use super::place::{Placed, Receiving};
 use crate::bundle::{split, unbundle};
 use crate::delta::apply;
 
@@ -21,17 +21,15 @@ impl Receiving<'_, '_> {
     /// decoded. The bytes behind it are not under `--no-encrypt`: bytes
     /// that cannot decode within their bounds are refused before anything
     /// is allocated and the block is asked for again (`refuse`).
-    pub(crate) fn place_encoded(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+    pub(crate) fn place_encoded(&self, h: &BlockHeader, data: &[u8]) -> Placed {
         if h.len > self.block_size {
-            let e = TransferError::new(
+            return Err(TransferError::new(
                 ErrorCode::Protocol,
                 format!(
                     "block {} of file {} is {} bytes, longer than the session's {}-byte blocks",
                     h.index, h.file, h.len, self.block_size
                 ),
-            );
-            self.sh.fail(e, true);
-            return None;
+            ));
         }
         if h.codec == wire::CODEC_NONE {
             self.place(h, data)
@@ -108,7 +106,7 @@ impl Receiving<'_, '_> {
     /// begin with the leader, is the sender's doing: the session ends
     /// (`Protocol`). Every member is then placed as its file's one block.
     /// The leader's verdict comes back.
-    fn place_bundle(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+    fn place_bundle(&self, h: &BlockHeader, data: &[u8]) -> Placed {
         let rx = self;
         let bytes = match unbundle(h, data, rx.sh.progress) {
             Ok(b) if block_hash(&b) == h.hash => b,
@@ -117,7 +115,7 @@ impl Receiving<'_, '_> {
         };
         let members = match split(h, &bytes) {
             Ok(m) => m,
-            Err(why) => return rx.malformed(h, &why),
+            Err(why) => return Err(malformed(h, &why)),
         };
         let mut leader = None;
         for (m, bytes) in members {
@@ -130,24 +128,23 @@ impl Receiving<'_, '_> {
                 codec: CODEC_NONE,
                 wire_len: m.len,
             };
-            let v = rx.place_hashed(&mh, bytes)?;
+            let Some(v) = rx.place_hashed(&mh, bytes)? else {
+                return Ok(None);
+            };
             leader.get_or_insert(v);
         }
-        leader
+        Ok(leader)
     }
+}
 
-    /// Ends the session for a bundle that passed its hash but is malformed:
-    /// its bytes are the sender's, whatever the protection.
-    fn malformed(&self, h: &BlockHeader, why: &str) -> Option<BlockVerdict> {
-        let rx = self;
-        let e = TransferError::new(
-            ErrorCode::Protocol,
-            format!(
-                "the bundle led by file {} passed its hash but {why}",
-                h.file
-            ),
-        );
-        rx.sh.fail(e, true);
-        None
-    }
+/// A bundle that passed its hash but is malformed: its bytes are the
+/// sender's, whatever the protection, and the session ends.
+fn malformed(h: &BlockHeader, why: &str) -> TransferError {
+    TransferError::new(
+        ErrorCode::Protocol,
+        format!(
+            "the bundle led by file {} passed its hash but {why}",
+            h.file
+        ),
+    )
 }

@@ -193,10 +193,11 @@ impl Receiving<'_, '_> {
                         continue;
                     }
                     if let Msg::Zeros(list) = &msg {
-                        if !self.place_zeros(list) {
-                            return;
+                        match self.place_zeros(list) {
+                            Ok(true) => continue,
+                            Ok(false) => return,
+                            Err(e) => return self.sh.fail(e, true),
                         }
-                        continue;
                     }
                     let remote = matches!(msg, Msg::Error { .. });
                     let actions = {

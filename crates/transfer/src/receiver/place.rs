@@ -30,6 +30,11 @@ pub(crate) struct Question {
     pub mtime: (i64, u32),
 }
 
+/// What placing a block came to: its verdict, `None` once the session
+/// stopped (someone else's error, or the end), or the error that ends it,
+/// for the loop that placed it to report once.
+pub(crate) type Placed = Result<Option<BlockVerdict>, TransferError>;
+
 pub(crate) struct Receiving<'a, 'p> {
     pub(crate) block_size: u32,
     pub(crate) sh: &'a Shared<'p, ReceiverSession>,
@@ -178,7 +183,7 @@ impl Receiving<'_, '_> {
 
     /// A block whose bytes did not decode (`why`): it fails its hash, and
     /// is asked for again, as any damaged block (P-15).
-    pub(crate) fn refuse(&self, h: &BlockHeader, why: &str) -> Option<BlockVerdict> {
+    pub(crate) fn refuse(&self, h: &BlockHeader, why: &str) -> Placed {
         tracing::warn!(
             "block {} of file {} was refused ({why}); asking for it again",
             h.index,
@@ -190,8 +195,7 @@ impl Receiving<'_, '_> {
     }
 
     /// Checks a block against its hash and writes it if it is wanted.
-    /// `None`: the transfer stopped (the error, if any, is recorded).
-    pub(crate) fn place(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+    pub(crate) fn place(&self, h: &BlockHeader, data: &[u8]) -> Placed {
         self.place_with(h, &block_hash(data), || {
             self.sink.write_block(h.file, h.offset, data)
         })
@@ -199,34 +203,33 @@ impl Receiving<'_, '_> {
 
     /// Places a block whose bytes are known to hash to `h.hash` (a bundle's
     /// member, P-33), without hashing them again.
-    pub(crate) fn place_hashed(&self, h: &BlockHeader, data: &[u8]) -> Option<BlockVerdict> {
+    pub(crate) fn place_hashed(&self, h: &BlockHeader, data: &[u8]) -> Placed {
         self.place_with(h, &h.hash, || self.sink.write_block(h.file, h.offset, data))
     }
 
     /// The blocks a `Zeros` message announced (P-29): each is placed as a
-    /// hole, with the hash of zeros.
-    pub(crate) fn place_zeros(&self, list: &[(u32, u32)]) -> bool {
+    /// hole, with the hash of zeros. `Ok(false)`: the session stopped.
+    pub(crate) fn place_zeros(&self, list: &[(u32, u32)]) -> Result<bool, TransferError> {
         for &(file, index) in list {
             let header = self.sh.lock().zero_header(file, index);
-            let Some(h) = header else {
-                let e = TransferError::new(
+            let h = header.ok_or_else(|| {
+                TransferError::new(
                     ErrorCode::Protocol,
                     format!("zeros announced for block {index} of unknown file {file}"),
-                );
-                self.sh.fail(e, true);
-                return false;
-            };
+                )
+            })?;
             let placed = self.place_with(&h, &h.hash, || {
                 self.sink.write_zero(h.file, h.offset, h.len)
-            });
-            if placed.is_none() {
-                return false;
-            }
-            if placed == Some(BlockVerdict::Write) {
-                Progress::add(&self.sh.progress.zero_bytes, h.len as u64);
+            })?;
+            match placed {
+                None => return Ok(false),
+                Some(BlockVerdict::Write) => {
+                    Progress::add(&self.sh.progress.zero_bytes, h.len as u64)
+                }
+                Some(_) => {}
             }
         }
-        true
+        Ok(true)
     }
 
     fn place_with(
@@ -234,33 +237,25 @@ impl Receiving<'_, '_> {
         h: &BlockHeader,
         hash: &[u8; 32],
         write: impl FnOnce() -> Result<(), store::StoreError>,
-    ) -> Option<BlockVerdict> {
+    ) -> Placed {
         let hash = *hash;
         let started = Instant::now();
         let verdict = loop {
             let mut st = self.sh.lock();
-            match st.block_arrived(h, &hash) {
-                Ok(BlockVerdict::NotReady) => {
+            match st.block_arrived(h, &hash)? {
+                BlockVerdict::NotReady => {
                     if self.sh.stopped() {
-                        return None;
+                        return Ok(None);
                     }
                     if started.elapsed() > ENTRY_WAIT {
-                        drop(st);
-                        let e = TransferError::new(
+                        return Err(TransferError::new(
                             ErrorCode::Protocol,
                             format!("block for file {} arrived but its entry never did", h.file),
-                        );
-                        self.sh.fail(e, true);
-                        return None;
+                        ));
                     }
                     let _ = self.sh.cv.wait_timeout(st, POLL);
                 }
-                Ok(v) => break v,
-                Err(e) => {
-                    drop(st);
-                    self.sh.fail(e.into(), true);
-                    return None;
-                }
+                v => break v,
             }
         };
         if verdict == BlockVerdict::Rejected {
@@ -272,27 +267,17 @@ impl Receiving<'_, '_> {
             self.sh.cv.notify_all();
         }
         if verdict != BlockVerdict::Write {
-            return Some(verdict);
+            return Ok(Some(verdict));
         }
-        if let Err(e) = write() {
-            self.sh.fail(e.into(), true);
-            return None;
-        }
+        write()?;
         self.sink.record(h.file, h.index, &hash);
         let actions = {
             let mut st = self.sh.lock();
-            if let Err(e) = st.block_written(h.file, h.index) {
-                drop(st);
-                self.sh.fail(e.into(), true);
-                return None;
-            }
+            st.block_written(h.file, h.index)?;
             self.report(&st);
             Self::drain(&mut st)
         };
-        if let Err(e) = self.execute(actions) {
-            self.sh.fail(e, true);
-            return None;
-        }
-        Some(verdict)
+        self.execute(actions)?;
+        Ok(Some(verdict))
     }
 }

@@ -49,8 +49,10 @@ impl Receiving<'_, '_> {
                 }
             };
             let data = &body[BLOCK_HEADER_LEN..];
-            if self.place_encoded(&h, data).is_none() {
-                return;
+            match self.place_encoded(&h, data) {
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(e) => return self.sh.fail(e, true),
             }
         }
     }

@@ -54,11 +54,12 @@ pub(crate) fn run(rx: &Receiving, mut link: UdpLink) {
                     wire_len: c.data.len() as u32,
                 };
                 match rx.place_encoded(&h, &c.data) {
-                    None => return,
-                    Some(BlockVerdict::Rejected) => {
+                    Ok(Some(BlockVerdict::Rejected)) => {
                         let _ = reopen_tx.send((c.file, c.index));
                     }
-                    Some(_) => {}
+                    Ok(Some(_)) => {}
+                    Ok(None) => return,
+                    Err(e) => return rx.sh.fail(e, true),
                 }
             });
         }
