@@ -47,14 +47,6 @@ impl Pace {
         self.lock().take(Instant::now(), bytes)
     }
 
-    /// Reserves `bytes` and sleeps as long as the rate asks.
-    pub fn wait(&self, bytes: u64) {
-        let d = self.delay(bytes);
-        if !d.is_zero() {
-            std::thread::sleep(d);
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, TokenBucket> {
         self.bucket.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -104,8 +96,9 @@ impl RunControl {
     /// they go. A caller with a pace of its own (`--rate`) reserves from
     /// both at once and waits for the longer, so the two never add up.
     pub fn delay(&self, bytes: u64) -> Duration {
-        let pace = lock(&self.pace).clone();
-        pace.map_or(Duration::ZERO, |p| p.delay(bytes))
+        lock(&self.pace)
+            .as_ref()
+            .map_or(Duration::ZERO, |p| p.delay(bytes))
     }
 
     /// Ends the run as soon as its threads look, with `why` sent to the
