@@ -431,9 +431,10 @@ pub struct CpArgs {
     pub common: Common,
 }
 
-/// How an `s3://` location's store is reached; credentials follow the AWS
-/// conventions (environment, `~/.aws/credentials` and `config`, instance
-/// metadata).
+/// How an object store is reached: for `s3://`, credentials follow the
+/// AWS conventions (environment, `~/.aws/credentials` and `config`,
+/// instance metadata); `gs://` and `az://` follow Google's and Azure's
+/// (their variables, read by their crates).
 #[derive(Args, Clone, Default)]
 pub struct S3Args {
     /// The profile of ~/.aws/config and ~/.aws/credentials to use for
@@ -445,20 +446,25 @@ pub struct S3Args {
     /// AWS_ENDPOINT_URL, else AWS itself. Addressing is then path-style.
     #[arg(long, value_name = "URL")]
     pub s3_endpoint: Option<String>,
-    /// The smallest part of a multipart upload to an s3:// destination
-    /// (5M to 5G; default 8M): bigger parts mean fewer requests; haul
-    /// raises it where an object would need over 10,000 parts.
-    #[arg(long, value_name = "SIZE", value_parser = parse_part_size)]
+    /// The smallest part of an upload in parts to an object-store
+    /// destination (5M to 5G; default 8M): bigger parts mean fewer
+    /// requests; haul raises it where an object would need more parts
+    /// than the store takes (S3: 10,000).
+    #[arg(long, alias = "part-size", value_name = "SIZE", value_parser = parse_part_size)]
     pub s3_part_size: Option<u64>,
 }
 
 impl S3Args {
-    pub fn options(&self) -> s3::S3Options {
-        s3::S3Options {
-            profile: self.profile.clone(),
-            endpoint: self.s3_endpoint.clone(),
-            part_size: self.s3_part_size,
-            journals: Some(crate::home::dir().join("s3-uploads")),
+    pub fn settings(&self) -> backends::Settings {
+        backends::Settings {
+            s3: backends::S3Options {
+                profile: self.profile.clone(),
+                endpoint: self.s3_endpoint.clone(),
+            },
+            tuning: object::Tuning {
+                part_size: self.s3_part_size,
+                journals: Some(crate::home::dir().join("s3-uploads")),
+            },
         }
     }
 }
@@ -665,8 +671,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn parse_part_size(s: &str) -> Result<u64, String> {
     let v = parse_size(s)?;
-    if !(s3::upload::MIN_PART..=s3::upload::MAX_PART).contains(&v) {
-        return Err("S3 takes parts of 5M to 5G".into());
+    let l = object::api::S3_LIMITS;
+    if !(l.min_part..=l.max_part).contains(&v) {
+        return Err("parts are 5M to 5G".into());
     }
     Ok(v)
 }

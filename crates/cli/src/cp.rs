@@ -14,16 +14,17 @@ use crate::location::Location;
 use crate::reach::{usage, Dialer, Peer, Reach};
 use crate::report::{self, Bar, Show};
 
-/// What a push sends: local files, or the objects of an `s3://` source.
+/// What a push sends: local files, or the objects of an object-store
+/// source.
 enum PushFrom {
     Files(Vec<PathBuf>),
-    Bucket(s3::S3Url),
+    Bucket(object::ObjectUrl),
 }
 
-/// Where a pull lands: a local path, or an `s3://` destination.
+/// Where a pull lands: a local path, or an object-store destination.
 enum PullTo {
     Path(String),
-    Bucket(s3::S3Url),
+    Bucket(object::ObjectUrl),
 }
 
 enum Plan {
@@ -47,8 +48,8 @@ impl Plan {
     }
 }
 
-fn bucket(s: &str) -> Result<s3::S3Url, TransferError> {
-    s3::S3Url::parse(s).map_err(usage)
+fn bucket(s: &str) -> Result<object::ObjectUrl, TransferError> {
+    backends::parse(s).map_err(usage)
 }
 
 fn plan(paths: &[String]) -> Result<Plan, TransferError> {
@@ -104,7 +105,7 @@ fn plan(paths: &[String]) -> Result<Plan, TransferError> {
             let sources = match (files.is_empty(), objects.len()) {
                 (true, 1) => PushFrom::Bucket(bucket(&objects[0])?),
                 (_, 0) => PushFrom::Files(files),
-                _ => return Err(usage("send one s3:// source at a time, without local files beside it; a prefix ending in '/' (with -r) sends many objects")),
+                _ => return Err(usage("send one object-store source at a time, without local files beside it; a prefix ending in '/' (with -r) sends many objects")),
             };
             Ok(Plan::Push {
                 sources,
@@ -307,13 +308,13 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             dest,
             ..
         } => {
-            let store = s3::Store::connect(&a.s3.options())?;
-            let listed = s3::list(&store, &url, a.recursive)?;
+            let store = backends::connect(&url, &a.s3.settings())?;
+            let listed = object::list(&store, &url, a.recursive)?;
             for s in &listed.skipped {
                 eprintln!("haul: {s}");
             }
             if let Some(sh) = shard {
-                let objects = Box::new(s3::S3Source::new(store, &listed));
+                let objects = Box::new(object::ObjectSource::new(store, &listed));
                 let (entries, source, spec) = crate::shard::share(a, sh, &listed.entries, objects)?;
                 cfg.shard = Some(spec);
                 let flags = (a.recursive, false, listed.contents);
@@ -330,7 +331,7 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             let conn = dialer.connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
             let contents = listed.contents;
-            let source = Box::new(s3::S3Source::new(store, &listed));
+            let source = Box::new(object::ObjectSource::new(store, &listed));
             let r = conn.push_from(
                 listed.entries,
                 source,
@@ -405,8 +406,8 @@ fn transfer(a: &CpArgs) -> Result<(String, Option<String>), TransferError> {
             ..
         } => {
             let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
-            let store = s3::Store::connect(&a.s3.options())?;
-            let sink = s3::S3Sink::new(store, url, sources.len() > 1, contents)?;
+            let store = backends::connect(&url, &a.s3.settings())?;
+            let sink = object::ObjectSink::new(store, url, sources.len() > 1, contents)?;
             let conn = dialer.connect(cfg)?;
             let bar = Bar::start(conn.progress(), show);
             let r = conn.pull(sources, a.recursive, &sink);

@@ -1,12 +1,13 @@
 //! scp-style locations: `[user@]host[:port]:path` is remote, anything else
 //! local. As in scp, a colon after a '/' does not make a path remote
 //! (`./a:b` is local), and IPv6 hosts go in brackets: `[::1]:7050:/data`.
-//! `s3://BUCKET/KEY` is an object store's, reached from this host.
+//! `s3://BUCKET/KEY` (and each scheme of `backends`' registry) is an
+//! object store's, reached from this host.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     Local(String),
-    /// `s3://...`, as written.
+    /// `s3://...`, `gs://...`, `az://...`, as written.
     Bucket(String),
     Remote {
         user: Option<String>,
@@ -18,7 +19,7 @@ pub enum Location {
 
 impl Location {
     pub fn parse(s: &str) -> Location {
-        if s3::is_s3(s) {
+        if backends::is_object(s) {
             return Location::Bucket(s.to_string());
         }
         let local = || Location::Local(s.to_string());

@@ -39,7 +39,7 @@ fn stdio(a: ServeArgs) -> i32 {
         Ok(Served::Files) => match a.root.as_deref().map(Root::served).transpose() {
             // Without a root, `s3://` paths reach what this login's
             // credentials do, as its files are the login's own.
-            Ok(None) => (None, Some(Arc::new(Buckets::Named(a.s3.options())))),
+            Ok(None) => (None, Some(Arc::new(Buckets::Named(a.s3.settings())))),
             Ok(r) => (r, None),
             Err(e) => return fail(e.code(), e.message),
         },
@@ -236,19 +236,20 @@ enum Served {
     Bucket(Arc<Buckets>, Root),
 }
 
-/// `--root s3://BUCKET/PREFIX`: the store is asked once now, so that wrong
+/// `--root s3://BUCKET/PREFIX` (any store's scheme): the store is asked
+/// once now, so that wrong
 /// credentials or a missing bucket stop the server at its start.
 fn served(a: &ServeArgs) -> Result<Served, TransferError> {
     let Some(r) = a
         .root
         .as_deref()
         .and_then(|p| p.to_str())
-        .filter(|p| s3::is_s3(p))
+        .filter(|p| backends::is_object(p))
     else {
         return Ok(Served::Files);
     };
-    let url = s3::S3Url::parse(r).map_err(|m| TransferError::new(ErrorCode::BadRequest, m))?;
-    let store = s3::Store::connect(&a.s3.options())?;
+    let url = backends::parse(r).map_err(|m| TransferError::new(ErrorCode::BadRequest, m))?;
+    let store = backends::connect(&url, &a.s3.settings())?;
     store.check(&url)?;
     let empty = home::dir().join("s3-root");
     std::fs::create_dir_all(&empty)

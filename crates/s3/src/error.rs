@@ -5,11 +5,11 @@
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use store::{StoreError, StoreErrorKind};
 
-use crate::url::S3Url;
+use object::ObjectUrl;
 
 /// Classifies a failed request `what` ("read", "upload a part of", ...)
 /// on `url`.
-pub(crate) fn from_sdk<E>(e: SdkError<E>, what: &str, url: &S3Url, endpoint: &str) -> StoreError
+pub(crate) fn from_sdk<E>(e: SdkError<E>, what: &str, url: &ObjectUrl, endpoint: &str) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {

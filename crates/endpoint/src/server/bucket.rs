@@ -1,13 +1,15 @@
 //! A server whose files are objects: `haul serve --root s3://BUCKET/PREFIX`
-//! (a bucket served to clients: pushes land as objects, pulls read them),
-//! and a remote side started over ssh asked for an `s3://` path, which
-//! the remote host's own credentials reach. Request paths map to keys
+//! (or any scheme of `backends`' registry: a bucket served to clients;
+//! pushes land as objects, pulls read them), and a remote side started
+//! over ssh asked for an object-store path, which the remote host's own
+//! credentials reach. Request paths map to keys
 //! under the root's prefix; nothing outside it is named.
 
 use std::sync::Arc;
 
+use backends::Settings;
 use connect::error::TransferError;
-use s3::{S3Options, S3Sink, S3Source, S3Url, Store};
+use object::{ObjectSink, ObjectSource, ObjectUrl, Store};
 use store::{BlockSink, BlockSource, StoreError, StoreErrorKind};
 use wire::{Entry, ErrorCode};
 
@@ -15,10 +17,11 @@ use wire::{Entry, ErrorCode};
 pub enum Buckets {
     /// Every request path is a key under this root (a daemon's `--root
     /// s3://...`).
-    Root { store: Arc<Store>, root: S3Url },
-    /// Paths written `s3://...` reach the store as this login's
-    /// credentials allow (`--stdio` without `--root`); others are files.
-    Named(S3Options),
+    Root { store: Arc<Store>, root: ObjectUrl },
+    /// Paths written `s3://...` (`gs://`, `az://`) reach the store as this
+    /// login's credentials allow (`--stdio` without `--root`); others are
+    /// files.
+    Named(Settings),
 }
 
 /// The objects a pull sends: the manifest, their reader, and their bytes.
@@ -29,18 +32,18 @@ impl Buckets {
     pub fn serves(&self, path: &str) -> bool {
         match self {
             Buckets::Root { .. } => true,
-            Buckets::Named(_) => s3::is_s3(path),
+            Buckets::Named(_) => backends::is_object(path),
         }
     }
 
     /// The store and location `path` names.
-    fn locate(&self, path: &str) -> Result<(Arc<Store>, S3Url), TransferError> {
+    fn locate(&self, path: &str) -> Result<(Arc<Store>, ObjectUrl), TransferError> {
         match self {
             Buckets::Root { store, root } => Ok((store.clone(), under(root, path)?)),
-            Buckets::Named(opts) => {
-                let url =
-                    S3Url::parse(path).map_err(|m| TransferError::new(ErrorCode::BadRequest, m))?;
-                Ok((Store::connect(opts)?, url))
+            Buckets::Named(settings) => {
+                let url = backends::parse(path)
+                    .map_err(|m| TransferError::new(ErrorCode::BadRequest, m))?;
+                Ok((backends::connect(&url, settings)?, url))
             }
         }
     }
@@ -49,10 +52,18 @@ impl Buckets {
     pub fn sources(&self, paths: &[String], recursive: bool) -> Result<Objects, TransferError> {
         let mut entries: Vec<Entry> = Vec::new();
         let mut objects = Vec::new();
-        let mut store_of = None;
+        let mut store_of: Option<(Arc<Store>, ObjectUrl)> = None;
         for p in paths {
             let (store, url) = self.locate(p)?;
-            let listed = s3::list(&store, &url, recursive)?;
+            if let Some((_, first)) = &store_of {
+                if (first.scheme, &first.bucket) != (url.scheme, &url.bucket) {
+                    return Err(TransferError::new(
+                        ErrorCode::BadRequest,
+                        format!("pull from one bucket at a time: {first} and {url} are in two"),
+                    ));
+                }
+            }
+            let listed = object::list(&store, &url, recursive)?;
             for s in &listed.skipped {
                 tracing::warn!("{s}");
             }
@@ -62,18 +73,18 @@ impl Buckets {
                 e
             }));
             objects.extend(listed.objects);
-            store_of.get_or_insert(store);
+            store_of.get_or_insert((store, url));
         }
-        let store = store_of
+        let (store, _) = store_of
             .ok_or_else(|| TransferError::new(ErrorCode::BadRequest, "nothing asked for"))?;
-        let listed = s3::Listed {
+        let listed = object::Listed {
             entries: Vec::new(),
             objects,
             skipped: Vec::new(),
             contents: false,
         };
         let bytes = listed.file_bytes();
-        Ok((entries, Box::new(S3Source::new(store, &listed)), bytes))
+        Ok((entries, Box::new(ObjectSource::new(store, &listed)), bytes))
     }
 
     /// Where a push to `dest` lands.
@@ -84,14 +95,19 @@ impl Buckets {
         contents: bool,
     ) -> Result<Box<dyn BlockSink>, TransferError> {
         let (store, url) = self.locate(dest)?;
-        Ok(Box::new(S3Sink::new(store, url, many_sources, contents)?))
+        Ok(Box::new(ObjectSink::new(
+            store,
+            url,
+            many_sources,
+            contents,
+        )?))
     }
 }
 
 /// The key `path` names under `root`: '/'-separated, '.' and empty parts
 /// dropped, '..' refused; a final '/' kept (a prefix, or a directory's
 /// contents).
-fn under(root: &S3Url, path: &str) -> Result<S3Url, TransferError> {
+fn under(root: &ObjectUrl, path: &str) -> Result<ObjectUrl, TransferError> {
     let mut parts = Vec::new();
     for c in path.split('/') {
         match c {
@@ -123,7 +139,7 @@ mod tests {
 
     #[test]
     fn paths_map_to_keys_under_the_root() {
-        let root = S3Url::parse("s3://bkt/served").unwrap();
+        let root = backends::parse("s3://bkt/served").unwrap();
         let k = |p: &str| under(&root, p).map(|u| u.key);
         assert_eq!(k("a/b").unwrap(), "served/a/b");
         assert_eq!(k("/a//./b").unwrap(), "served/a/b");
@@ -131,7 +147,7 @@ mod tests {
         assert_eq!(k("").unwrap(), "served/");
         assert_eq!(k("/").unwrap(), "served/");
         assert!(k("a/../../x").is_err());
-        let whole = S3Url::parse("s3://bkt").unwrap();
+        let whole = backends::parse("s3://bkt").unwrap();
         assert_eq!(under(&whole, "x/y").unwrap().key, "x/y");
         assert_eq!(under(&whole, ".").unwrap().key, "");
     }

@@ -9,37 +9,39 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-use aws_sdk_s3::error::ProvideErrorMetadata;
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+use bytes::Bytes;
 use store::{StoreError, StoreErrorKind};
 
-use crate::client::Store;
-use crate::error::from_sdk;
+use crate::api::{Limits, Part};
 use crate::resume::{self, Header, Journal, PartLine};
-use crate::url::S3Url;
+use crate::store::Store;
+use crate::url::ObjectUrl;
 
-pub use crate::limits::{MAX_OBJECT, MAX_PART, MAX_PARTS, MIN_PART, PART};
+/// The smallest part haul uses unless told: fewer requests, and parts big
+/// enough to keep a store's connection busy.
+pub const PART: u64 = 8 << 20;
 
 /// The part size for an object of `size` bytes written in blocks of
 /// `block`: at least `least` ([`PART`] unless told), few enough parts for
-/// S3's 10,000, and a whole number of blocks, so that a block never
-/// spans two parts.
-pub fn part_size(size: u64, block: u32, least: u64) -> Result<u64, String> {
-    if size > MAX_OBJECT {
+/// the store's limit (S3's is 10,000), and a whole number of blocks, so
+/// that a block never spans two parts.
+pub fn part_size(size: u64, block: u32, least: u64, limits: &Limits) -> Result<u64, String> {
+    if size > limits.max_object {
         return Err(format!(
-            "an object holds at most 5 TiB; this file has {size} bytes"
+            "an object of this store holds at most {} bytes; this file has {size}",
+            limits.max_object
         ));
     }
     let block = u64::from(block.max(1));
     let p = size
-        .div_ceil(MAX_PARTS)
-        .max(least.max(MIN_PART))
+        .div_ceil(limits.max_parts)
+        .max(least.max(limits.min_part))
         .div_ceil(block)
         * block;
-    if p > MAX_PART {
+    if p > limits.max_part {
         return Err(format!(
-            "blocks of {block} bytes make parts over S3's 5 GiB; use a smaller --block-size"
+            "blocks of {block} bytes make parts over this store's {} bytes; use a smaller --block-size",
+            limits.max_part
         ));
     }
     Ok(p)
@@ -52,7 +54,7 @@ struct State {
     /// Parts being filled: their bytes, and how many have arrived.
     filling: HashMap<u32, (Vec<u8>, u64)>,
     /// Parts the store has, by part number (from 1).
-    sent: BTreeMap<i32, CompletedPart>,
+    sent: BTreeMap<u32, Part>,
     /// Part uploads in flight.
     running: usize,
     failed: Option<StoreError>,
@@ -73,7 +75,7 @@ struct State {
 /// One object being written.
 pub struct Upload {
     store: Arc<Store>,
-    pub url: S3Url,
+    pub url: ObjectUrl,
     size: u64,
     part: u64,
     block: u32,
@@ -90,11 +92,11 @@ impl Upload {
     /// last modified at `mtime`.
     pub fn new(
         store: Arc<Store>,
-        url: S3Url,
+        url: ObjectUrl,
         (size, block, mtime): (u64, u32, (i64, u32)),
         metadata: Vec<(String, String)>,
     ) -> Result<Arc<Upload>, StoreError> {
-        let part = part_size(size, block, store.part.unwrap_or(PART))
+        let part = part_size(size, block, store.part.unwrap_or(PART), &store.limits())
             .map_err(|why| StoreError::new(StoreErrorKind::BadRequest, format!("{url}: {why}")))?;
         let journal_path = store
             .journals
@@ -120,7 +122,7 @@ impl Upload {
     /// left for another version is aborted.
     pub fn resume(
         store: Arc<Store>,
-        url: S3Url,
+        url: ObjectUrl,
         (size, block, mtime): (u64, u32, (i64, u32)),
         metadata: Vec<(String, String)>,
     ) -> Result<Option<Arc<Upload>>, StoreError> {
@@ -156,7 +158,7 @@ impl Upload {
         let mut st = up.lock();
         st.id = Some(h.upload_id.clone());
         for l in lines {
-            let index = (l.number - 1) as u32;
+            let index = l.number - 1;
             let whole = up.part_len(u64::from(index));
             if listed
                 .get(&l.number)
@@ -171,11 +173,14 @@ impl Upload {
                     .enumerate()
                     .map(|(i, h)| (first + i as u32, *h)),
             );
-            let mut part = CompletedPart::builder().part_number(l.number).e_tag(l.etag);
-            if let Some(c) = l.crc {
-                part = part.checksum_crc32_c(c);
-            }
-            st.sent.insert(l.number, part.build());
+            st.sent.insert(
+                l.number,
+                Part {
+                    number: l.number,
+                    tag: l.etag,
+                    crc: l.crc,
+                },
+            );
             st.resumed.insert(index);
             st.journaled.insert(index);
         }
@@ -233,7 +238,7 @@ impl Upload {
         if st.journaled.contains(&index) {
             return;
         }
-        let number = index as i32 + 1;
+        let number = index + 1;
         let Some(sent) = st.sent.get(&number) else {
             return;
         };
@@ -245,8 +250,8 @@ impl Upload {
         }
         journal.append(&PartLine {
             number,
-            etag: sent.e_tag().unwrap_or_default().to_string(),
-            crc: sent.checksum_crc32_c().map(str::to_string),
+            etag: sent.tag.clone(),
+            crc: sent.crc.clone(),
             hashes: hashes.iter().flatten().copied().collect(),
         });
         st.hashes.remove(&index);
@@ -340,21 +345,9 @@ impl Upload {
         if let Some(id) = &st.id {
             return Ok(id.clone());
         }
-        let mut req = self
+        let id = self
             .store
-            .client()
-            .create_multipart_upload()
-            .bucket(&self.url.bucket)
-            .key(&self.url.key)
-            .checksum_algorithm(ChecksumAlgorithm::Crc32C);
-        for (k, v) in &self.metadata {
-            req = req.metadata(k, v);
-        }
-        let out = self
-            .store
-            .block_on(req.send())
-            .map_err(|e| from_sdk(e, "start an upload of", &self.url, &self.store.endpoint))?;
-        let id = out.upload_id().unwrap_or_default().to_string();
+            .block_on(self.store.api.begin(&self.url, &self.metadata))?;
         if id.is_empty() {
             return Err(StoreError::new(
                 StoreErrorKind::Other,
@@ -397,43 +390,22 @@ impl Upload {
             })?;
         self.lock().running += 1;
         let me = self.clone();
-        let number = index as i32 + 1;
+        let number = index + 1;
         self.store.spawn(async move {
             let r = me
                 .store
-                .client()
-                .upload_part()
-                .bucket(&me.url.bucket)
-                .key(&me.url.key)
-                .upload_id(&id)
-                .part_number(number)
-                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                .body(ByteStream::from(buf));
-            let r = match me.store.tls {
-                true => r.customize().disable_payload_signing().send().await,
-                false => r.send().await,
-            };
+                .api
+                .put_part(&me.url, &id, number, Bytes::from(buf))
+                .await;
             drop(permit);
             let mut st = me.lock();
             st.running -= 1;
             match r {
-                Ok(out) => {
-                    let mut part = CompletedPart::builder()
-                        .part_number(number)
-                        .set_e_tag(out.e_tag().map(str::to_string));
-                    if let Some(c) = out.checksum_crc32_c() {
-                        part = part.checksum_crc32_c(c);
-                    }
-                    st.sent.insert(number, part.build());
+                Ok(part) => {
+                    st.sent.insert(number, part);
                     me.note(&mut st, index);
                 }
                 Err(e) => {
-                    let e = from_sdk(
-                        e,
-                        &format!("upload part {number} of"),
-                        &me.url,
-                        &me.store.endpoint,
-                    );
                     st.failed.get_or_insert(e);
                 }
             }
@@ -478,22 +450,10 @@ impl Upload {
                 return Err(self.incomplete(0));
             }
             let _slot = self.store.slots.acquire().await;
-            let mut req = self
-                .store
-                .client()
-                .put_object()
-                .bucket(&self.url.bucket)
-                .key(&self.url.key)
-                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                .body(ByteStream::from(body));
-            for (k, v) in &self.metadata {
-                req = req.metadata(k, v);
-            }
-            let r = match self.store.tls {
-                true => req.customize().disable_payload_signing().send().await,
-                false => req.send().await,
-            };
-            r.map_err(|e| from_sdk(e, "write", &self.url, &self.store.endpoint))?;
+            self.store
+                .api
+                .put(&self.url, Bytes::from(body), &self.metadata)
+                .await?;
             return Ok(());
         }
         let id = id.ok_or_else(|| self.incomplete(0))?;
@@ -501,19 +461,9 @@ impl Upload {
             return Err(self.incomplete(parts.len()));
         }
         self.store
-            .client()
-            .complete_multipart_upload()
-            .bucket(&self.url.bucket)
-            .key(&self.url.key)
-            .upload_id(&id)
-            .multipart_upload(
-                CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts))
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| from_sdk(e, "complete the upload of", &self.url, &self.store.endpoint))?;
+            .api
+            .complete(&self.url, &id, parts, &self.metadata)
+            .await?;
         let mut st = self.lock();
         st.id = None;
         if let Some(j) = st.journal.take() {
@@ -562,66 +512,22 @@ impl Upload {
             _ => {}
         }
         let Some(id) = id else { return };
-        let r = self.store.block_on(
-            self.store
-                .client()
-                .abort_multipart_upload()
-                .bucket(&self.url.bucket)
-                .key(&self.url.key)
-                .upload_id(&id)
-                .send(),
-        );
-        if let Err(e) = r {
-            tracing::warn!(
-                "could not abort the upload of {}: {}",
-                self.url,
-                from_sdk(e, "abort the upload of", &self.url, &self.store.endpoint)
-            );
+        if let Err(e) = self.store.block_on(self.store.api.abort(&self.url, &id)) {
+            tracing::warn!("could not abort the upload of {}: {e}", self.url);
         }
     }
 }
 
-/// The parts the store has of upload `id`: number to (ETag, length).
+/// The parts the store has of upload `id`: number to (tag, length);
+/// none when the upload is gone (aborted, or completed meanwhile).
 fn list_parts(
     store: &Store,
-    url: &S3Url,
+    url: &ObjectUrl,
     id: &str,
-) -> Result<HashMap<i32, (String, u64)>, StoreError> {
-    let mut parts = HashMap::new();
-    let mut marker: Option<String> = None;
-    for _ in 0..=MAX_PARTS / 1000 {
-        let r = store.block_on(
-            store
-                .client()
-                .list_parts()
-                .bucket(&url.bucket)
-                .key(&url.key)
-                .upload_id(id)
-                .set_part_number_marker(marker.take())
-                .send(),
-        );
-        let out = match r {
-            Ok(o) => o,
-            // Aborted, or completed, meanwhile: nothing to take over.
-            Err(e)
-                if e.code() == Some("NoSuchUpload")
-                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
-            {
-                return Ok(HashMap::new())
-            }
-            Err(e) => return Err(from_sdk(e, "list the parts of", url, &store.endpoint)),
-        };
-        for p in out.parts() {
-            if let (Some(n), Some(tag)) = (p.part_number(), p.e_tag()) {
-                parts.insert(n, (tag.to_string(), p.size().unwrap_or(0).max(0) as u64));
-            }
-        }
-        match out.next_part_number_marker() {
-            Some(m) if out.is_truncated() == Some(true) => marker = Some(m.to_string()),
-            _ => break,
-        }
-    }
-    Ok(parts)
+) -> Result<HashMap<u32, (String, u64)>, StoreError> {
+    Ok(store
+        .block_on(store.api.list_parts(url, id))?
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -629,21 +535,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parts_respect_s3s_limits() {
+    fn parts_respect_the_stores_limits() {
         let mib = 1u64 << 20;
-        assert_eq!(part_size(0, 1 << 20, PART), Ok(PART));
-        assert_eq!(part_size(100 * mib, 1 << 20, PART), Ok(PART));
+        let l = &crate::api::S3_LIMITS;
+        let (max_object, max_parts) = (l.max_object, l.max_parts);
+        let ps = |size, block, least| part_size(size, block, least, l);
+        assert_eq!(ps(0, 1 << 20, PART), Ok(PART));
+        assert_eq!(ps(100 * mib, 1 << 20, PART), Ok(PART));
         // 1 TiB: over 10,000 parts of 8 MiB, so bigger parts.
-        let p = part_size(1 << 40, 1 << 20, PART).unwrap();
-        assert!((1u64 << 40).div_ceil(p) <= MAX_PARTS && p.is_multiple_of(mib));
+        let p = ps(1 << 40, 1 << 20, PART).unwrap();
+        assert!((1u64 << 40).div_ceil(p) <= max_parts && p.is_multiple_of(mib));
         // 5 TiB fits; more does not.
-        let p = part_size(MAX_OBJECT, 4 << 20, PART).unwrap();
-        assert!(MAX_OBJECT.div_ceil(p) <= MAX_PARTS && (MIN_PART..=MAX_PART).contains(&p));
-        assert!(part_size(MAX_OBJECT + 1, 1 << 20, PART).is_err());
-        assert_eq!(part_size(100 * mib, 1 << 20, MIN_PART), Ok(5 * mib));
+        let p = ps(max_object, 4 << 20, PART).unwrap();
+        assert!(max_object.div_ceil(p) <= max_parts && (l.min_part..=l.max_part).contains(&p));
+        assert!(ps(max_object + 1, 1 << 20, PART).is_err());
+        assert_eq!(ps(100 * mib, 1 << 20, l.min_part), Ok(5 * mib));
         // Odd block sizes still make whole blocks per part.
-        assert!(part_size(mib, 3 << 20, PART)
-            .unwrap()
-            .is_multiple_of(3 << 20));
+        assert!(ps(mib, 3 << 20, PART).unwrap().is_multiple_of(3 << 20));
     }
 }

@@ -12,25 +12,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use bytes::Bytes;
 use store::{Held, StoreError, StoreErrorKind};
 
-use crate::client::Store;
-use crate::error::from_sdk;
-use crate::url::S3Url;
+use crate::api::ObjectInfo;
+use crate::store::Store;
 
 /// Bytes fetched by one GET of a reader going in order.
 pub const RANGE: u64 = 8 << 20;
 /// GETs kept in flight ahead of the reader.
 const AHEAD: u64 = 4;
-
-/// What a listing or a HEAD found about an object.
-#[derive(Debug, Clone)]
-pub struct ObjectInfo {
-    pub url: S3Url,
-    pub size: u64,
-    pub etag: Option<String>,
-    /// Modification time: haul's metadata where a haul wrote the object,
-    /// the store's last-modified time otherwise.
-    pub mtime: (i64, u32),
-}
 
 type Fetched = Option<Result<Bytes, StoreError>>;
 
@@ -186,7 +174,8 @@ impl ObjectReader {
     }
 }
 
-/// One ranged GET, bound to the ETag the object was listed with.
+/// One ranged GET, bound to the version the object was listed with,
+/// within the store's limit of requests in flight.
 async fn get_range(
     store: &Store,
     info: &ObjectInfo,
@@ -194,44 +183,11 @@ async fn get_range(
     len: u64,
 ) -> Result<Bytes, StoreError> {
     let _slot = store.slots.acquire().await;
-    let mut req = store
-        .client()
-        .get_object()
-        .bucket(&info.url.bucket)
-        .key(&info.url.key)
-        .range(format!("bytes={}-{}", start, start + len - 1));
-    if let Some(tag) = &info.etag {
-        req = req.if_match(tag);
-    }
-    let out = match req.send().await {
-        Ok(o) => o,
-        Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(412) => {
-            return Err(changed(info));
-        }
-        Err(e) => return Err(from_sdk(e, "read", &info.url, &store.endpoint)),
-    };
-    let bytes = out
-        .body
-        .collect()
-        .await
-        .map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Other,
-                format!("reading {} from {}: {e}", info.url, store.endpoint),
-            )
-        })?
-        .into_bytes();
+    let bytes = store.api.get_range(info, start, len).await?;
     if bytes.len() as u64 != len {
-        return Err(changed(info));
+        return Err(crate::changed(&info.url));
     }
     Ok(bytes)
-}
-
-fn changed(info: &ObjectInfo) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Other,
-        format!("{} {}", info.url, store::source::CHANGED),
-    )
 }
 
 impl Held for ObjectReader {

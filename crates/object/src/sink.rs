@@ -14,24 +14,23 @@ use store::{
     Verified,
 };
 
-use crate::client::Store;
-use crate::error::from_sdk;
-use crate::list::{format_mtime, head, MTIME};
+use crate::list::{format_mtime, head};
 use crate::list::{list_all, list_children};
 use crate::read::ObjectReader;
 use crate::resume;
+use crate::store::Store;
 use crate::upload::Upload;
-use crate::url::S3Url;
+use crate::url::ObjectUrl;
 
 /// Where received files go in a bucket.
-pub struct S3Sink {
+pub struct ObjectSink {
     store: Arc<Store>,
-    base: S3Url,
+    base: ObjectUrl,
     placement: Placement,
     uploads: Mutex<HashMap<u32, Arc<Upload>>>,
 }
 
-impl S3Sink {
+impl ObjectSink {
     /// The destination `base` as named, by the scp rule: a prefix (a key
     /// ending in '/', the whole bucket, or a key with objects under
     /// `key/`) takes what arrives under it; a plain key is the one file's
@@ -39,17 +38,17 @@ impl S3Sink {
     /// now.
     pub fn new(
         store: Arc<Store>,
-        base: S3Url,
+        base: ObjectUrl,
         many_sources: bool,
         contents: bool,
-    ) -> Result<S3Sink, StoreError> {
+    ) -> Result<ObjectSink, StoreError> {
         let is_dir = base.is_prefix() || store.check(&base.at(base.as_prefix()))?;
         if base.is_prefix() {
             store.check(&base)?;
         }
         let placement = Placement::decide(is_dir, base.is_prefix(), many_sources, contents)
             .map_err(|why| StoreError::new(StoreErrorKind::BadRequest, format!("{base}: {why}")))?;
-        Ok(S3Sink {
+        Ok(ObjectSink {
             store,
             base,
             placement,
@@ -82,19 +81,20 @@ impl S3Sink {
             (Placement::As, false) => format!("{}/{joined}", self.base.key),
             (Placement::Into, _) => format!("{}{joined}", self.base.as_prefix()),
         };
-        if key.len() > 1024 {
+        let max = self.store.limits().max_key;
+        if key.len() > max {
             return Err(StoreError::new(
                 StoreErrorKind::BadRequest,
                 format!(
-                    "s3://{}/{key}: an object key is at most 1,024 bytes",
-                    self.base.bucket
+                    "{}: an object key is at most {max} bytes",
+                    self.base.at(key)
                 ),
             ));
         }
         Ok(Some(key))
     }
 
-    fn url_of(&self, rel: &[u8]) -> Result<Option<S3Url>, StoreError> {
+    fn url_of(&self, rel: &[u8]) -> Result<Option<ObjectUrl>, StoreError> {
         Ok(self.key_of(rel)?.map(|k| self.base.at(k)))
     }
 
@@ -113,7 +113,7 @@ impl S3Sink {
     }
 }
 
-impl BlockSink for S3Sink {
+impl BlockSink for ObjectSink {
     /// Objects have no links, modes or directory times; what an upload
     /// left is resumed, what is in place read, and `--delete` kept.
     fn capabilities(&self) -> Capabilities {
@@ -179,7 +179,7 @@ impl BlockSink for S3Sink {
         // The source's modification time always travels: a store sets
         // its own last-modified time, and `sync` compares with this.
         let metadata = vec![(
-            MTIME.to_string(),
+            self.store.api.mtime_key().to_string(),
             format_mtime(stamp.mtime, stamp.mtime_nsec),
         )];
         let shape = (
@@ -337,16 +337,7 @@ impl BlockSink for S3Sink {
             };
             for k in keys {
                 let url = self.base.at(k);
-                self.store
-                    .block_on(
-                        self.store
-                            .client()
-                            .delete_object()
-                            .bucket(&url.bucket)
-                            .key(&url.key)
-                            .send(),
-                    )
-                    .map_err(|e| from_sdk(e, "delete", &url, &self.store.endpoint))?;
+                self.store.block_on(self.store.api.delete(&url))?;
             }
             gone.push(true);
         }

@@ -1,4 +1,4 @@
-//! Turns an `s3://` source into a manifest, as `store::walk` does for
+//! Turns an object-store source into a manifest, as `store::walk` does for
 //! files: a key maps to a file, the parts of its key before the last `/`
 //! to directories (P-8: the first component is the source's own name, or
 //! with a prefix ending in `/`, each child's). Modification times come
@@ -7,23 +7,17 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
 use store::{StoreError, StoreErrorKind};
 use wire::{Entry, EntryKind};
 
-use crate::client::Store;
-use crate::error::from_sdk;
-use crate::read::ObjectInfo;
-use crate::url::S3Url;
-
-/// The metadata key that keeps a file's modification time on an object:
-/// `SECONDS.NANOSECONDS`.
-pub const MTIME: &str = "haul-mtime";
+use crate::api::{ObjectInfo, Page};
+use crate::store::Store;
+use crate::url::ObjectUrl;
 
 /// HEADs in flight while a listing reads objects' metadata.
 const HEADS: usize = 32;
 
-/// The manifest of an `s3://` source.
+/// The manifest of an object-store source.
 #[derive(Default)]
 pub struct Listed {
     pub entries: Vec<Entry>,
@@ -31,7 +25,7 @@ pub struct Listed {
     pub objects: Vec<Option<ObjectInfo>>,
     /// Keys that name no path (`a//b`, `..`), for the user to read.
     pub skipped: Vec<String>,
-    /// The source named a prefix's contents (`s3://b/p/`).
+    /// The source named a prefix's contents (`s3://b/p/`, `gs://b/p/`).
     pub contents: bool,
 }
 
@@ -43,7 +37,7 @@ impl Listed {
 
 /// Lists `url`: one object, or with `recursive` every object under a
 /// prefix.
-pub fn list(store: &Arc<Store>, url: &S3Url, recursive: bool) -> Result<Listed, StoreError> {
+pub fn list(store: &Arc<Store>, url: &ObjectUrl, recursive: bool) -> Result<Listed, StoreError> {
     // A listing first: its answers name what is wrong (credentials,
     // bucket), where a HEAD's carry only a status.
     store.check(url)?;
@@ -85,11 +79,7 @@ pub fn list(store: &Arc<Store>, url: &S3Url, recursive: bool) -> Result<Listed, 
         contents,
         ..Default::default()
     };
-    let infos = head_all(
-        store,
-        &url.bucket,
-        keys.iter().map(|(k, _, _)| k.clone()).collect(),
-    )?;
+    let infos = head_all(store, url, keys.iter().map(|(k, _, _)| k.clone()).collect())?;
     if !top.is_empty() {
         push_dir(&mut l, top.clone());
     }
@@ -108,8 +98,8 @@ pub fn list(store: &Arc<Store>, url: &S3Url, recursive: bool) -> Result<Listed, 
         path.extend_from_slice(rel.as_bytes());
         if session::paths::components(&path).is_err() {
             l.skipped.push(format!(
-                "skipped s3://{}/{key}: the key names no path ('//', '.' or '..' in it)",
-                url.bucket
+                "skipped {}: the key names no path ('//', '.' or '..' in it)",
+                url.at(key.clone())
             ));
             continue;
         }
@@ -129,7 +119,7 @@ pub fn list(store: &Arc<Store>, url: &S3Url, recursive: bool) -> Result<Listed, 
         let info = info.unwrap_or(ObjectInfo {
             url: url.at(key.clone()),
             size,
-            etag: None,
+            version: None,
             mtime: listed_mtime,
         });
         push_file(&mut l, path, info);
@@ -201,48 +191,31 @@ fn push_file(l: &mut Listed, path: Vec<u8>, info: ObjectInfo) {
 /// A listed key: its name, size and last-modified time.
 type Key = (String, u64, (i64, u32));
 
-/// Every page of a listing under `url`'s prefix, `delimiter` ('/': only
-/// what lies directly under it) or none, handed to `each`.
+/// Every page of a listing under `url`'s prefix, `delimiter` (only what
+/// lies directly under it) or not, handed to `each`.
 fn pages(
     store: &Store,
-    url: &S3Url,
-    delimiter: Option<&str>,
-    mut each: impl FnMut(&ListObjectsV2Output),
+    url: &ObjectUrl,
+    delimiter: bool,
+    mut each: impl FnMut(&Page),
 ) -> Result<(), StoreError> {
     let mut token: Option<String> = None;
     loop {
-        let page = store
-            .block_on(
-                store
-                    .client()
-                    .list_objects_v2()
-                    .bucket(&url.bucket)
-                    .prefix(&url.key)
-                    .set_delimiter(delimiter.map(str::to_string))
-                    .set_continuation_token(token.take())
-                    .send(),
-            )
-            .map_err(|e| from_sdk(e, "list", url, &store.endpoint))?;
+        let page = store.block_on(store.api.list(url, delimiter, token.take()))?;
         each(&page);
-        match page.next_continuation_token() {
-            Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
-            _ => return Ok(()),
+        match page.next {
+            Some(t) => token = Some(t),
+            None => return Ok(()),
         }
     }
 }
 
 /// Every key under `url`'s prefix, with its size and last-modified time,
 /// in key order.
-fn list_keys(store: &Store, url: &S3Url) -> Result<Vec<Key>, StoreError> {
+fn list_keys(store: &Store, url: &ObjectUrl) -> Result<Vec<Key>, StoreError> {
     let mut keys = Vec::new();
-    pages(store, url, None, |page| {
-        for o in page.contents() {
-            let Some(k) = o.key() else { continue };
-            let t = o
-                .last_modified()
-                .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
-            keys.push((k.to_string(), o.size().unwrap_or(0).max(0) as u64, t));
-        }
+    pages(store, url, false, |page| {
+        keys.extend(page.objects.iter().cloned())
     })?;
     keys.sort();
     Ok(keys)
@@ -250,92 +223,46 @@ fn list_keys(store: &Store, url: &S3Url) -> Result<Vec<Key>, StoreError> {
 
 /// The keys and prefixes directly under `url`'s prefix: objects as their
 /// keys, prefixes ending in '/'.
-pub fn list_children(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreError> {
+pub fn list_children(store: &Store, url: &ObjectUrl) -> Result<Vec<String>, StoreError> {
     let mut out = Vec::new();
-    pages(store, url, Some("/"), |page| {
-        out.extend(
-            page.contents()
-                .iter()
-                .filter_map(|o| o.key().map(str::to_string)),
-        );
-        out.extend(
-            page.common_prefixes()
-                .iter()
-                .filter_map(|p| p.prefix().map(str::to_string)),
-        );
+    pages(store, url, true, |page| {
+        out.extend(page.objects.iter().map(|(k, ..)| k.clone()));
+        out.extend(page.prefixes.iter().cloned());
     })?;
     out.sort();
     Ok(out)
 }
 
 /// Every key under `url`'s prefix.
-pub fn list_all(store: &Store, url: &S3Url) -> Result<Vec<String>, StoreError> {
+pub fn list_all(store: &Store, url: &ObjectUrl) -> Result<Vec<String>, StoreError> {
     Ok(list_keys(store, url)?
         .into_iter()
         .map(|(k, ..)| k)
         .collect())
 }
 
-/// HEADs one object: its size, ETag and modification time; `None` when
-/// there is no such key.
-pub fn head(store: &Store, url: &S3Url) -> Result<Option<ObjectInfo>, StoreError> {
-    store.block_on(head_async(store, url))
-}
-
-async fn head_async(store: &Store, url: &S3Url) -> Result<Option<ObjectInfo>, StoreError> {
-    let r = store
-        .client()
-        .head_object()
-        .bucket(&url.bucket)
-        .key(&url.key)
-        .send()
-        .await;
-    let out = match r {
-        Ok(o) => o,
-        Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(404) => {
-            return Ok(None);
-        }
-        Err(e) => return Err(from_sdk(e, "read", url, &store.endpoint)),
-    };
-    let listed = out
-        .last_modified()
-        .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
-    let mtime = out
-        .metadata()
-        .and_then(|m| m.get(MTIME))
-        .and_then(|v| parse_mtime(v))
-        .unwrap_or(listed);
-    Ok(Some(ObjectInfo {
-        url: url.clone(),
-        size: out.content_length().unwrap_or(0).max(0) as u64,
-        etag: out.e_tag().map(str::to_string),
-        mtime,
-    }))
+/// One object's size, version and modification time; `None` when there
+/// is no such key.
+pub fn head(store: &Store, url: &ObjectUrl) -> Result<Option<ObjectInfo>, StoreError> {
+    store.block_on(store.api.head(url))
 }
 
 /// HEADs many objects, `HEADS` at once, answers in the order asked.
 fn head_all(
     store: &Arc<Store>,
-    bucket: &str,
+    base: &ObjectUrl,
     keys: Vec<String>,
 ) -> Result<Vec<Option<ObjectInfo>>, StoreError> {
     let sem = Arc::new(tokio::sync::Semaphore::new(HEADS));
     let store2 = store.clone();
-    let bucket = bucket.to_string();
+    let base = base.clone();
     store.block_on(async move {
         let mut tasks = Vec::with_capacity(keys.len());
         for k in keys {
-            let (sem, store, url) = (
-                sem.clone(),
-                store2.clone(),
-                S3Url {
-                    bucket: bucket.clone(),
-                    key: k,
-                },
-            );
+            let (sem, store, url) = (sem.clone(), store2.clone(), base.at(k));
             tasks.push(tokio::spawn(async move {
                 let _p = sem.acquire().await;
-                head_async(&store, &url).await
+                store.api.head(&url).await
             }));
         }
         let mut out = Vec::with_capacity(tasks.len());

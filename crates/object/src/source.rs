@@ -6,24 +6,25 @@ use std::sync::{Arc, Mutex};
 
 use store::{BlockSource, Held, StoreError, StoreErrorKind};
 
-use crate::client::Store;
+use crate::api::ObjectInfo;
 use crate::list::Listed;
-use crate::read::{ObjectInfo, ObjectReader, RANGE};
+use crate::read::{ObjectReader, RANGE};
+use crate::store::Store;
 
 /// Objects fetched ahead of the one being read, where they are small.
 const NEXT: u32 = 8;
 
 /// The objects of a listing, read by manifest id.
-pub struct S3Source {
+pub struct ObjectSource {
     store: Arc<Store>,
     objects: Vec<Option<ObjectInfo>>,
     readers: Mutex<Vec<Option<Arc<ObjectReader>>>>,
 }
 
-impl S3Source {
-    pub fn new(store: Arc<Store>, listed: &Listed) -> S3Source {
+impl ObjectSource {
+    pub fn new(store: Arc<Store>, listed: &Listed) -> ObjectSource {
         let n = listed.objects.len();
-        S3Source {
+        ObjectSource {
             store,
             objects: listed.objects.clone(),
             readers: Mutex::new(vec![None; n]),
@@ -76,7 +77,7 @@ impl S3Source {
     }
 }
 
-impl BlockSource for S3Source {
+impl BlockSource for ObjectSource {
     fn name(&self, id: u32) -> String {
         self.info(id)
             .map_or_else(|_| format!("object {id}"), |i| i.url.to_string())

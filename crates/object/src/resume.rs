@@ -1,6 +1,6 @@
 //! What an interrupted upload leaves to resume from. The store keeps the
 //! parts sent (ListParts says which it has); a journal beside haul's keys
-//! (`$HAUL_HOME/s3-uploads`) says which source version they hold, and
+//! (`$HAUL_HOME/s3-uploads`, for every store) says which source version they hold, and
 //! each block's hash, so that the sender checks them as it checks a
 //! partial file's (P-35) and sends only the rest. One file per key:
 //! a header, then one line per part the store has, appended as each is
@@ -11,7 +11,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::url::S3Url;
+use crate::url::ObjectUrl;
 
 const MAGIC: &str = "haul-s3-upload 1";
 
@@ -31,14 +31,14 @@ pub struct Header {
 /// its blocks in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartLine {
-    pub number: i32,
+    pub number: u32,
     pub etag: String,
     pub crc: Option<String>,
     pub hashes: Vec<[u8; 32]>,
 }
 
 /// Where the journal of `url` at `endpoint` lives under `dir`.
-pub fn path_for(dir: &Path, endpoint: &str, url: &S3Url) -> PathBuf {
+pub fn path_for(dir: &Path, endpoint: &str, url: &ObjectUrl) -> PathBuf {
     let id = blake3::hash(format!("{endpoint}\n{url}").as_bytes());
     dir.join(format!("{}.upload", &id.to_hex()[..32]))
 }
@@ -90,9 +90,10 @@ impl Header {
             upload_id: text(id)?,
             url: text(url)?,
         };
-        // A part is whole blocks, within S3's limits.
+        // A part is whole blocks, of a size a store takes (none takes
+        // parts over 5 GiB).
         let ok = h.block > 0
-            && (crate::limits::MIN_PART..=crate::limits::MAX_PART).contains(&h.part)
+            && (1..=5u64 << 30).contains(&h.part)
             && h.part.is_multiple_of(u64::from(h.block))
             && !h.upload_id.is_empty();
         ok.then_some(h)
@@ -123,8 +124,8 @@ impl PartLine {
         let ["part", number, etag, crc, hashes] = w.as_slice() else {
             return None;
         };
-        let number: i32 = number.parse().ok()?;
-        let index = u64::try_from(number).ok()?.checked_sub(1)?;
+        let number: u32 = number.parse().ok()?;
+        let index = u64::from(number).checked_sub(1)?;
         if index >= header.size.div_ceil(header.part).max(1) {
             return None;
         }
@@ -254,9 +255,13 @@ mod tests {
     fn a_journal_reads_back_and_stops_at_a_torn_line() {
         let dir = tempfile::tempdir().unwrap();
         let h = header();
-        let p = path_for(dir.path(), "http://x", &S3Url::parse("s3://bkt/k").unwrap());
+        let p = path_for(
+            dir.path(),
+            "http://x",
+            &ObjectUrl::parse("s3://bkt/k", "s3://", 1, 1024, |_| None).unwrap(),
+        );
         let j = Journal::create(p.clone(), &h).unwrap();
-        let part = |n: i32, blocks: usize| PartLine {
+        let part = |n: u32, blocks: usize| PartLine {
             number: n,
             etag: format!("\"etag{n}\""),
             crc: (n == 1).then(|| "AAAA==".to_string()),
