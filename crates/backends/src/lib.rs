@@ -36,6 +36,7 @@ pub struct Backend {
 #[rustfmt::skip]
 pub const BACKENDS: &[Backend] = &[
     Backend { scheme: s3::SCHEME, what: "Amazon S3 or an S3-compatible store", parse: s3::parse, connect: |_, s| s3::connect(&s.s3, &s.tuning) },
+    Backend { scheme: gs::SCHEME, what: "Google Cloud Storage", parse: gs::parse, connect: |_, s| gs::connect(&s.tuning) },
 ];
 
 /// The backend `s` is written for, if it names an object store.
