@@ -37,6 +37,7 @@ pub struct Backend {
 pub const BACKENDS: &[Backend] = &[
     Backend { scheme: s3::SCHEME, what: "Amazon S3 or an S3-compatible store", parse: s3::parse, connect: |_, s| s3::connect(&s.s3, &s.tuning) },
     Backend { scheme: gs::SCHEME, what: "Google Cloud Storage", parse: gs::parse, connect: |_, s| gs::connect(&s.tuning) },
+    Backend { scheme: az::SCHEME, what: "Azure Blob Storage", parse: az::parse, connect: |u, s| az::connect(u, &s.tuning) },
 ];
 
 /// The backend `s` is written for, if it names an object store.
