@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod clouds;
 pub mod emu;
 pub mod s3gw;
 pub mod slurm;
