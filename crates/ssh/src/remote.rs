@@ -39,8 +39,8 @@ pub struct StdioOptions {
     pub tunnel_to: Vec<String>,
     /// `--require-encryption` (P-39).
     pub require_encryption: bool,
-    /// Objects: a root of `s3://...`, or `s3://` paths the login's
-    /// credentials reach.
+    /// Objects: a root of `s3://...` (`gs://`, `az://`), or object-store
+    /// paths the login's credentials reach.
     pub buckets: Option<std::sync::Arc<endpoint::server::bucket::Buckets>>,
 }
 

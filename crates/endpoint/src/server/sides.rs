@@ -43,7 +43,7 @@ impl super::Server {
                 else {
                     return Err(TransferError::new(
                         ErrorCode::BadRequest,
-                        "pull either s3:// locations or files, not both at once",
+                        "pull either object-store locations (s3://, gs://, az://) or files, not both at once",
                     ));
                 };
                 let (entries, sources, bytes) = b.sources(&req.paths, req.recursive)?;
