@@ -230,7 +230,7 @@ impl Scheduler {
             .values_mut()
             .filter(|f| {
                 let waiting_since = last_ack.map_or(f.sent_at, |a| a.max(f.sent_at));
-                f.copies == 1 && now.saturating_duration_since(waiting_since) > patience
+                f.copies == 1 && now.saturating_duration_since(waiting_since) >= patience
             })
             .min_by_key(|f| f.sent_at);
         if let Some(f) = straggler {
@@ -239,6 +239,24 @@ impl Scheduler {
             return Next::Send(f.block);
         }
         Next::Wait
+    }
+
+    /// When [`Scheduler::next`] next has something to hand out that no
+    /// ack, nack or release brings: the endgame's copy of the oldest
+    /// straggler. `None` while only those can bring work (fresh blocks
+    /// wait for room in the window, or nothing is in flight), so that a
+    /// driver waiting on [`Next::Wait`] sleeps until this, or until the
+    /// session is handed a message.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.retry.is_empty() || self.peek_fresh_len().is_some() {
+            return None;
+        }
+        let patience = self.endgame_patience();
+        self.in_flight
+            .values()
+            .filter(|f| f.copies == 1)
+            .map(|f| self.last_ack.map_or(f.sent_at, |a| a.max(f.sent_at)) + patience)
+            .min()
     }
 
     /// How long a block must wait, with no first copy of any block
@@ -330,6 +348,31 @@ mod tests {
             s.acked(*f, *i, now);
         }
         assert_eq!(s.next(now), Next::Done);
+    }
+
+    #[test]
+    fn the_endgame_timer_is_the_one_deadline_and_fires_when_due() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(vec![(0, 20)], 10, 15);
+        assert!(matches!(s.next(t0), Next::Send(_)));
+        // A fresh block waits for room in the window: an ack brings it,
+        // no timer.
+        assert_eq!(s.next(t0), Next::Wait);
+        assert_eq!(s.poll_timeout(), None);
+        s.acked(0, 0, t0);
+        let t1 = t0 + Duration::from_millis(5);
+        assert!(matches!(s.next(t1), Next::Send(BlockRef { index: 1, .. })));
+        // Everything handed out: the straggler's copy is due after the
+        // patience since the last ack, not before.
+        let due = s.poll_timeout().expect("an endgame deadline");
+        assert_eq!(due, t1 + s.endgame_patience());
+        assert_eq!(s.next(due - Duration::from_millis(1)), Next::Wait);
+        assert!(matches!(s.next(due), Next::Send(BlockRef { index: 1, .. })));
+        // Copied once: no deadline left, only its ack.
+        assert_eq!(s.poll_timeout(), None);
+        assert_eq!(s.next(due + Duration::from_secs(60)), Next::Wait);
+        s.acked(0, 1, due);
+        assert_eq!((s.next(due), s.poll_timeout()), (Next::Done, None));
     }
 
     #[test]

@@ -501,6 +501,16 @@ impl SenderSession {
         }
     }
 
+    /// When [`SenderSession::next_block`] next has work that no message
+    /// from the receiver brings (the endgame's copies): the deadline a
+    /// driver waiting on [`Next::Wait`] arms; `None`: wait for a message.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.summary {
+            Some(_) => None,
+            None => self.sched.poll_timeout(),
+        }
+    }
+
     /// A stream read `block` and computed `hash` over its bytes.
     pub fn block_read(&mut self, block: &BlockRef, hash: [u8; 32]) -> Result<(), SenderError> {
         let f = self

@@ -16,7 +16,11 @@ use connect::error::TransferError;
 use connect::framed::{FrameError, FrameWriter};
 use connect::progress::Progress;
 
-pub(crate) const POLL: Duration = Duration::from_millis(50);
+/// How often the control writers ask what nothing of this run can
+/// signal: a stop from outside it (a revoked key, issue 39) and another
+/// session's word about a partial this one holds (P-41). Every other wait
+/// of a run sleeps until its core's one deadline or a change.
+pub(crate) const OUTSIDE: Duration = Duration::from_millis(200);
 /// How long a broken data stream waits for the peer's stated reason.
 const REASON_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for the peer to close after the transfer is complete.
@@ -97,7 +101,40 @@ impl<'a, S> Shared<'a, S> {
         for s in &self.sockets {
             let _ = s.shutdown(Shutdown::Both);
         }
+        self.wake_all();
+    }
+
+    /// Wakes every thread waiting on the session after a flag changed.
+    /// The lock is taken first: a thread that read the flags under it and
+    /// is about to wait then waits before the wake-up, not after it.
+    fn wake_all(&self) {
+        drop(self.lock());
         self.cv.notify_all();
+    }
+
+    /// Sleeps, the session locked as `st`, until something changes (a
+    /// message handled, a block read or placed, the run stopping or
+    /// ending) or until `deadline`, the one its caller's core named; with
+    /// none, only a change wakes it. Returns at once if the run stopped or
+    /// ended.
+    pub(crate) fn wait<'g>(
+        &self,
+        st: MutexGuard<'g, S>,
+        deadline: Option<Instant>,
+    ) -> MutexGuard<'g, S> {
+        if self.stopped() || self.is_done() {
+            return st;
+        }
+        match deadline {
+            None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                match self.cv.wait_timeout(st, left) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                }
+            }
+        }
     }
 
     /// Whether the side running this session stopped it (a revoked key,
@@ -147,7 +184,7 @@ impl<'a, S> Shared<'a, S> {
 
     pub(crate) fn finish(&self) {
         self.done.store(true, Ordering::Release);
-        self.cv.notify_all();
+        self.wake_all();
     }
 
     pub(crate) fn take_error(&self) -> Option<TransferError> {

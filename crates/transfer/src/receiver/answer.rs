@@ -15,7 +15,6 @@ use connect::progress::Progress;
 
 use super::place::{Question, Receiving};
 use crate::digest::file_digest;
-use crate::shared::POLL;
 
 /// The chunks of a basis, as the wire names them.
 fn chunk_ids(held: &dyn Held) -> std::io::Result<Vec<ChunkId>> {
@@ -32,13 +31,11 @@ fn chunk_ids(held: &dyn Held) -> std::io::Result<Vec<ChunkId>> {
 
 impl Receiving<'_, '_> {
     /// Answers the files of a gated session in manifest order.
-    pub(crate) fn answerer(&self, questions: mpsc::Receiver<Question>) {
-        while !self.sh.is_done() && !self.sh.stopped() {
-            let q = match questions.recv_timeout(POLL) {
-                Ok(q) => q,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            };
+    pub(crate) fn answerer(&self, questions: mpsc::Receiver<Option<Question>>) {
+        while let Ok(Some(q)) = questions.recv() {
+            if self.sh.is_done() || self.sh.stopped() {
+                return;
+            }
             if let Err(e) = self.answer(q) {
                 self.sh.fail(e, true);
                 return;

@@ -7,14 +7,13 @@ use std::sync::mpsc;
 use store::ChunkCache;
 
 use super::place::Receiving;
-use crate::shared::POLL;
 
 impl Receiving<'_, '_> {
     /// Feeds each placed file to the chunk cache, until the transfer ends
     /// and every file placed is in; then saves the cache's index.
     /// Each is named by its manifest path and opened through the sink,
     /// never by a path name that a link could have taken over (P-38).
-    pub(crate) fn cacher(&self, cache: &ChunkCache, placed: mpsc::Receiver<Vec<u8>>) {
+    pub(crate) fn cacher(&self, cache: &ChunkCache, placed: mpsc::Receiver<Option<Vec<u8>>>) {
         let add = |rel: Vec<u8>| {
             let p = self
                 .sink
@@ -33,18 +32,8 @@ impl Receiving<'_, '_> {
             self.caching
                 .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         };
-        loop {
-            match placed.recv_timeout(POLL) {
-                Ok(p) => add(p),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if self.sh.is_done() || self.sh.stopped() {
-                        break;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        while let Ok(p) = placed.try_recv() {
+        // Every file placed is sent before the end (`None`).
+        while let Ok(Some(p)) = placed.recv() {
             if self.sh.stopped() {
                 break;
             }

@@ -31,7 +31,7 @@ use connect::framed::{FrameReader, FrameWriter};
 use connect::progress::{Mark, Progress};
 
 use crate::options::ReceiveOptions;
-use crate::shared::{clones, Shared, POLL};
+use crate::shared::{clones, Shared, OUTSIDE};
 use bases::Bases;
 use place::Receiving;
 
@@ -72,7 +72,7 @@ pub fn run_receiver(
         return Err(e);
     }
     let sh = Shared::new(session, ctrl_w, sockets, progress);
-    let (fin_tx, fin_rx) = mpsc::channel::<store::Verified>();
+    let (fin_tx, fin_rx) = mpsc::channel::<Option<store::Verified>>();
     let (block_size, gated) = {
         let st = sh.lock();
         (st.block_size(), st.is_gated())
@@ -146,7 +146,7 @@ pub fn run_receiver(
                     if sh.stopped() {
                         break;
                     }
-                    let _ = sh.cv.wait_timeout(st, POLL);
+                    drop(sh.wait(st, Some(Instant::now() + OUTSIDE)));
                     continue;
                 }
                 (msgs, finished)
@@ -169,6 +169,7 @@ pub fn run_receiver(
                 break;
             }
         }
+        rx.end_queues();
         if sh.stopped() {
             // Ending: a new transfer of these files may take the
             // partials over as soon as the threads let go (P-41).
@@ -223,17 +224,20 @@ impl Receiving<'_, '_> {
         }
     }
 
-    pub(crate) fn finalizer(&self, rx: mpsc::Receiver<store::Verified>) {
-        while !self.sh.is_done() && !self.sh.stopped() {
-            let first = match rx.recv_timeout(POLL) {
-                Ok(f) => f,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            };
+    pub(crate) fn finalizer(&self, rx: mpsc::Receiver<Option<store::Verified>>) {
+        while let Ok(Some(first)) = rx.recv() {
+            if self.sh.is_done() || self.sh.stopped() {
+                return;
+            }
             let mut batch = vec![first];
+            let mut ended = false;
             while batch.len() < 1024 {
                 match rx.try_recv() {
-                    Ok(f) => batch.push(f),
+                    Ok(Some(f)) => batch.push(f),
+                    Ok(None) => {
+                        ended = true;
+                        break;
+                    }
                     Err(_) => break,
                 }
             }
@@ -248,7 +252,7 @@ impl Receiving<'_, '_> {
                     self.bases.close(v.id);
                     if let (Some(tx), Some(rel)) = (&self.placed, st.path_of(v.id)) {
                         self.caching.fetch_add(1, Ordering::SeqCst);
-                        let _ = tx.send(rel.to_vec());
+                        let _ = tx.send(Some(rel.to_vec()));
                     }
                 }
                 self.report(&st);
@@ -256,6 +260,9 @@ impl Receiving<'_, '_> {
             };
             if let Err(e) = self.execute(actions) {
                 self.sh.fail(e, true);
+                return;
+            }
+            if ended {
                 return;
             }
         }

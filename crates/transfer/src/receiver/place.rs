@@ -17,7 +17,7 @@ use connect::progress::Progress;
 
 use super::bases::Bases;
 use crate::options::ReceiveOptions;
-use crate::shared::{Shared, POLL};
+use crate::shared::Shared;
 
 /// How long a block may wait for its file's manifest entry.
 const ENTRY_WAIT: Duration = Duration::from_secs(60);
@@ -39,13 +39,16 @@ pub(crate) struct Receiving<'a, 'p> {
     pub(crate) block_size: u32,
     pub(crate) sh: &'a Shared<'p, ReceiverSession>,
     pub(crate) sink: &'a dyn BlockSink,
-    pub(crate) fin_tx: mpsc::Sender<Verified>,
+    /// Files verified, for the finalizer. On each of these channels
+    /// `None` says the run ended ([`Receiving::end_queues`]): their
+    /// threads sleep in `recv` until then, not on a timer.
+    pub(crate) fin_tx: mpsc::Sender<Option<Verified>>,
     pub(crate) opts: &'a ReceiveOptions,
     pub(crate) bases: Bases,
     /// Files for the answerer, in a gated session (P-31).
-    pub(crate) questions: Option<mpsc::Sender<Question>>,
+    pub(crate) questions: Option<mpsc::Sender<Option<Question>>>,
     /// Files placed, for the chunk cache, and how many it has yet to take.
-    pub(crate) placed: Option<mpsc::Sender<Vec<u8>>>,
+    pub(crate) placed: Option<mpsc::Sender<Option<Vec<u8>>>>,
     pub(crate) caching: std::sync::atomic::AtomicU64,
 }
 
@@ -57,6 +60,19 @@ impl Receiving<'_, '_> {
     /// Hands what the sink noted about files (P-41) to the session, which
     /// tells the sender, and to this side's progress, for a client that
     /// receives.
+    /// The run ended (done, or stopped): the finalizer, the answerer and
+    /// the cache's feeder are told, and return once they took what was
+    /// sent before.
+    pub(crate) fn end_queues(&self) {
+        let _ = self.fin_tx.send(None);
+        if let Some(q) = &self.questions {
+            let _ = q.send(None);
+        }
+        if let Some(p) = &self.placed {
+            let _ = p.send(None);
+        }
+    }
+
     pub(crate) fn forward_notes(&self) {
         let notes = self.sink.take_notes();
         if notes.is_empty() {
@@ -108,12 +124,12 @@ impl Receiving<'_, '_> {
                         if let (Some(q), true) =
                             (&self.questions, size > 0 || self.opts.sync.dry_run)
                         {
-                            let _ = q.send(Question {
+                            let _ = q.send(Some(Question {
                                 id,
                                 path,
                                 size,
                                 mtime: (mtime, mtime_nsec),
-                            });
+                            }));
                             continue;
                         }
                         let stamp = store::Stamp {
@@ -134,12 +150,12 @@ impl Receiving<'_, '_> {
                         mtime,
                         mtime_nsec,
                     } => {
-                        let _ = self.fin_tx.send(Verified {
+                        let _ = self.fin_tx.send(Some(Verified {
                             id,
                             mode,
                             mtime,
                             mtime_nsec,
-                        });
+                        }));
                     }
                     Action::Finish { dirs } => {
                         let dirs: Vec<DirTimes> = dirs
@@ -244,7 +260,7 @@ impl Receiving<'_, '_> {
             let mut st = self.sh.lock();
             match st.block_arrived(h, &hash)? {
                 BlockVerdict::NotReady => {
-                    if self.sh.stopped() {
+                    if self.sh.stopped() || self.sh.is_done() {
                         return Ok(None);
                     }
                     if started.elapsed() > ENTRY_WAIT {
@@ -253,7 +269,7 @@ impl Receiving<'_, '_> {
                             format!("block for file {} arrived but its entry never did", h.file),
                         ));
                     }
-                    let _ = self.sh.cv.wait_timeout(st, POLL);
+                    drop(self.sh.wait(st, Some(started + ENTRY_WAIT)));
                 }
                 v => break v,
             }

@@ -8,7 +8,7 @@ use std::path::Path;
 use session::SenderSession;
 use store::{BlockSource, HeldReader, StoreError};
 
-use crate::shared::{Shared, POLL};
+use crate::shared::Shared;
 
 /// Cuts each file the receiver answered with a basis into chunks, in
 /// order, and hands them to the session, which then lets the file go.
@@ -19,7 +19,7 @@ pub(crate) fn planner(sh: &Shared<SenderSession>, sources: &dyn BlockSource) {
             match st.poll_plan() {
                 Some(f) => f,
                 None => {
-                    let _ = sh.cv.wait_timeout(st, POLL);
+                    drop(sh.wait(st, None));
                     continue;
                 }
             }

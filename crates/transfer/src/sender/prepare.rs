@@ -17,7 +17,7 @@ use connect::progress::Progress;
 
 use super::read::{read_block, Read};
 use crate::compress::Compression;
-use crate::shared::{Shared, POLL};
+use crate::shared::Shared;
 
 /// Takes the next block from the session, reads it into `buf[at..]`,
 /// hashes and encodes it. `None` when there is nothing more to send or the
@@ -35,7 +35,8 @@ pub(crate) fn read_next_block(
             match st.next_block(Instant::now()) {
                 Next::Send(b) => b,
                 Next::Wait => {
-                    let _ = sh.cv.wait_timeout(st, POLL);
+                    let due = st.poll_timeout();
+                    drop(sh.wait(st, due));
                     continue;
                 }
                 Next::Done => return None,
