@@ -11,9 +11,12 @@
 #   haul-bucket  the file (a) -> haul -> haul serve --root gs://... (or
 #                az://) in b -> the store in b
 #   rclone       rclone copyto, the file (a) -> the store in b, its own
-#                client across the link (16 parts in flight, 8 MiB each)
+#                client across the link (Azure: 16 blocks in flight of
+#                8 MiB; GCS: rclone's one upload per object, as its GCS
+#                backend makes it, with its defaults)
 # Goodput = file bytes x 8 / wall time; haul verifies every block and the
-# store checks each part's MD5; rclone checks the object's MD5.
+# store checks each part's checksum (GCS CRC32C, Azure MD5); rclone checks
+# the object's MD5.
 # CPU-s/GB: every process of the case (both ends and the store), not the
 # emulator, from a cgroup of this script's. Needs root, the emulators in
 # target/tools (.ci/run installs them) and rclone
@@ -93,7 +96,7 @@ if [[ $STORE == gs ]]; then
   STORE_ENV=(STORAGE_EMULATOR_HOST="http://$B:4443")
   URL=gs://bkt
   RC=":gcs,anonymous=true,endpoint='http://$B:4443/storage/v1/',bucket_policy_only=true"
-  RC_PATH=bkt/data.bin
+  RC_FLAGS=()
 else
   [[ -x $AZURITE ]] || die "missing $AZURITE"
   (cd "$W/az" && inside "$NAME-b" "$AZURITE" --blobHost "$B" --blobPort 10000 --silent \
@@ -102,7 +105,7 @@ else
   STORE_ENV=(AZURE_STORAGE_CONNECTION_STRING="$CS")
   URL=az://$ACCT/bkt
   RC=":azureblob,account=$ACCT,key='$AZKEY',endpoint='http://$B:10000/$ACCT'"
-  RC_PATH=bkt/data.bin
+  RC_FLAGS=(--azureblob-upload-concurrency 16 --azureblob-chunk-size 8M)
 fi
 sleep 2
 if [[ $STORE == az ]]; then
@@ -114,15 +117,17 @@ inside "$NAME-b" env HAUL_HOME="$W/home-b" "$HAUL" serve --root "$W/disk" --list
 inside "$NAME-b" env HAUL_HOME="$W/home-b" "${STORE_ENV[@]}" "$HAUL" serve --root "$URL/" --listen "$B:7051" >"$W/serve-bucket.log" 2>&1 & PIDS+=($!)
 sleep 1
 
-# run CASE: one rep; prints "seconds cpu_seconds" or nothing when it failed.
+# run CASE REP: one rep; prints "seconds cpu_seconds" or nothing when it
+# failed. Each rep writes a key of its own: a first upload every time,
+# never a rewrite over a basis, for haul and rclone alike.
 run() {
-  local t0 t1 c0 c1 ok=0
+  local t0 t1 c0 c1 ok=0 key=data-$2.bin
   rm -f "$W/disk/data.bin"
   sync; c0=$(cpu); t0=$(now)
   case $1 in
     haul-file) in_fg "$NAME-a" env HAUL_HOME="$W/home-a" "$HAUL" cp -q --daemon "$W/data.bin" "$B:7050:data.bin" && cmp -s "$W/data.bin" "$W/disk/data.bin" && ok=1 ;;
-    haul-bucket) in_fg "$NAME-a" env HAUL_HOME="$W/home-a" "$HAUL" cp -q --daemon "$W/data.bin" "$B:7051:data.bin" && ok=1 ;;
-    rclone) in_fg "$NAME-a" "$RCLONE" copyto -q --gcs-upload-cutoff 8M --azureblob-upload-concurrency 16 --azureblob-chunk-size 8M "$W/data.bin" "$RC:$RC_PATH" && ok=1 ;;
+    haul-bucket) in_fg "$NAME-a" env HAUL_HOME="$W/home-a" "$HAUL" cp -q --daemon "$W/data.bin" "$B:7051:haul-$key" && ok=1 ;;
+    rclone) in_fg "$NAME-a" "$RCLONE" copyto -q --no-check-dest "${RC_FLAGS[@]}" "$W/data.bin" "$RC:bkt/rclone-$key" && ok=1 ;;
   esac
   t1=$(now); c1=$(cpu)
   ((ok)) && echo "$(calc "$t1 - $t0") $(calc "$c1 - $c0")"
@@ -134,7 +139,7 @@ declare -A secs cpus
 for ((r = 1; r <= REPS; r++)); do
   for c in "${cases[@]}"; do
     [[ $c == rclone && ! -x $RCLONE ]] && continue
-    out=$(run "$c" 2>>"$W/errors.log" || true)
+    out=$(run "$c" "$r" 2>>"$W/errors.log" || true)
     log "rep $r $c: ${out:-FAILED}"
     [[ -n $out ]] && { secs[$c]+="${out% *} "; cpus[$c]+="${out#* } "; }
   done

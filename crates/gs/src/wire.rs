@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
-use md5::{Digest, Md5};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
@@ -73,14 +72,17 @@ pub struct Listing {
 }
 
 /// The JSON of an object resource to create: its name, metadata, and
-/// the MD5 of its body (the store refuses a body that does not match).
+/// the CRC32C of its body (the store refuses a body that does not
+/// match). CRC32C, not MD5: the checksum Google recommends, kept for
+/// composite objects too, and computed by the CPU's own instruction at
+/// a fraction of MD5's cost.
 pub fn new_object(name: &str, metadata: &[(String, String)], body: &[u8]) -> String {
     let mut o = serde_json::Map::new();
     o.insert("name".into(), name.into());
     if !metadata.is_empty() {
         o.insert("metadata".into(), metadata_json(metadata));
     }
-    o.insert("md5Hash".into(), md5_base64(body).into());
+    o.insert("crc32c".into(), crc32c_base64(body).into());
     serde_json::Value::Object(o).to_string()
 }
 
@@ -93,8 +95,10 @@ pub fn metadata_json(metadata: &[(String, String)]) -> serde_json::Value {
     serde_json::Value::Object(m)
 }
 
-fn md5_base64(body: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(Md5::digest(body))
+/// GCS's form of a CRC32C: base64 of its four bytes, big-endian.
+fn crc32c_base64(body: &[u8]) -> String {
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32;
+    base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
 }
 
 /// A multipart/related body: the resource's JSON, then the media. Its
@@ -223,7 +227,8 @@ mod tests {
         let res = new_object("k", &[("haul-mtime".into(), "1.2".into())], &media);
         let v: serde_json::Value = serde_json::from_str(&res).unwrap();
         assert_eq!(v["metadata"]["haul-mtime"], "1.2");
-        assert_eq!(v["md5Hash"], "XUFAKrxLKna5cZ2REBfFkg==");
+        // CRC32C("hello") = 0x9a71bb4c.
+        assert_eq!(v["crc32c"], "mnG7TA==");
         let (ctype, body) = multipart(&res, &media);
         let b = ctype.strip_prefix("multipart/related; boundary=").unwrap();
         let text = String::from_utf8(body.to_vec()).unwrap();
