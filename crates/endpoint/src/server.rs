@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use secure::{Keypair, PublicKey};
 use store::Root;
-use wire::{ConnKind, ErrorCode, Msg, Op, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
+use wire::{ConnKind, Msg, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
 
 use connect::error::TransferError;
 use connect::framed::FrameWriter;
 use connect::handshake;
 use connect::handshake::CONTROL_PROTECTION;
-use connect::join::{join_accepted, keyed, Accepted, DataConn, DataPlan, Joins};
+use connect::join::{join_accepted, keyed, DataConn, Joins};
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
 use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
@@ -38,9 +38,10 @@ mod memory;
 mod metrics;
 mod record;
 mod sides;
+mod steps;
 use greetings::{Greeting, Greetings, Refused};
 pub use greetings::{GREETING_GRACE, MAX_GREETING, PER_SOURCE};
-use guards::SessionGuard;
+
 use memory::{MemoryPool, Reserved};
 mod keyed;
 mod keyring;
@@ -393,8 +394,9 @@ impl Server {
         self.run_session(control, est, udp, progress, rec)
     }
 
-    /// A session from the moment its control connection is keyed: admission,
-    /// the request, the data path and the transfer.
+    /// A session from the moment its control connection is keyed: the
+    /// key admitted (`enter`), the request read and admitted (`grant`),
+    /// the side built, the data path joined (`accept`), and the transfer.
     fn run_session(
         &self,
         control: DataConn,
@@ -417,182 +419,40 @@ impl Server {
             drain_and_close(w.get_ref());
             Err(e)
         };
-
-        let access = match self.admit(&est.peer) {
-            Ok((comment, access)) => {
-                rec.key(est.peer.fingerprint(), comment);
-                access
-            }
-            Err(msg) => return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Auth, msg)),
-        };
-        // Its address's data connections are this session's to bound.
-        let _trusted = ctrl_r
-            .get_ref()
-            .peer_addr()
-            .ok()
-            .map(|a| self.greetings.trust(a.ip()));
-        let _guard =
-            match SessionGuard::enter(&self.active, self.cfg.max_sessions, release_freed_memory) {
-                Some(g) => g,
-                None => {
-                    let msg = format!(
-                        "server busy: {} sessions already running; try again later",
-                        self.cfg.max_sessions
-                    );
-                    return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
-                }
-            };
-        // Each key within its share of the sessions (issue 39).
-        let quota = match &self.cfg.client_keys {
-            ClientKeys::File(_) => access.quota(self.cfg.max_sessions),
-            ClientKeys::Only(_) => self.cfg.max_sessions,
-        };
-        let Some(key_session) = self
-            .keyring
-            .enter(est.peer, &access, quota, progress.clone())
-        else {
-            let msg = format!(
-                "server busy: your key already runs {quota} sessions, as many as it may at once (sessions= in its line of the authorized keys, or half of --max-sessions); try again when one ends"
-            );
-            return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
+        let (access, entered) = match self.enter(&est.peer, ctrl_r.get_ref(), &progress, rec) {
+            Ok(e) => e,
+            Err(e) => return refuse(&mut ctrl_w, e),
         };
         ctrl_w
             .send_msg(&Msg::Welcome)
             .map_err(|e| TransferError::lost("welcoming the client", &e))?;
-
-        ctrl_r
-            .get_ref()
-            .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
-            .ok();
-        let req = match ctrl_r.read_msg() {
-            Ok(Some(Msg::Request(r))) => r,
-            Ok(_) => {
-                return Err(TransferError::new(
-                    ErrorCode::Protocol,
-                    "client sent no request",
-                ))
-            }
-            Err(e) => {
-                let ours = !matches!(e, connect::framed::FrameError::Io(_));
-                let e = e.into_transfer("reading the request");
-                return if ours { refuse(&mut ctrl_w, e) } else { Err(e) };
-            }
+        let req = match self.read_request(&mut ctrl_r) {
+            Ok(req) => req,
+            Err((e, true)) => return refuse(&mut ctrl_w, e),
+            Err((e, false)) => return Err(e),
         };
-        ctrl_r.get_ref().set_read_timeout(None).ok();
         rec.request(&req.op, &req.paths, &progress);
-        // What this key may do (issue 29, P-43): the request refused or
-        // narrowed, the part of the root it sees, its protection.
-        let asked = req.clone();
-        let policy = admission::Policy {
-            served: &self.cfg.root,
-            bucket: self.cfg.buckets.is_some(),
-            require_encryption: self.cfg.require_encryption,
-        };
-        let admission::Admitted {
-            req,
-            root,
-            protection,
-        } = match admission::admit_request(&access, &policy, req) {
-            Ok(a) => a,
+        let granted = match self.grant(&access, req, &entered.key, &progress) {
+            Ok(g) => g,
             Err(e) => return refuse(&mut ctrl_w, e),
         };
-        key_session.asked(asked, req.clone());
-        // What the client reads names paths below the root it sees, never
-        // the server's own (issue 39).
-        let (shown_root, served) = (root.clone(), self.cfg.root.clone());
-        progress
-            .control
-            .set_hide(Arc::new(move |m| served.hide(&shown_root.hide(m))));
-        // Fewer streams than asked if that many would take more memory
-        // than a session may, or than the daemon has left (P-39); the
-        // client uses those accepted.
-        let (budget, _reserved) = match self.reserve(SessionBudget::of(&req)) {
-            Some(r) => r,
-            None => {
-                let msg = format!(
-                    "server busy: the running sessions hold the {} MiB of buffers it gives them (--memory); try again later",
-                    self.cfg.memory >> 20
-                );
-                return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
-            }
-        };
-        if budget.streams < req.streams {
-            tracing::info!(
-                "the client asked for {} streams; {} fit ({} MiB per session, {} MiB for all, frames of {} bytes)",
-                req.streams,
-                budget.streams,
-                session_share(self.cfg.memory) >> 20,
-                self.cfg.memory >> 20,
-                budget.frame_max
-            );
-        }
-        let _tunnel_guard = match req.op {
-            Op::Tunnel => {
-                match SessionGuard::enter(&self.tunnels, self.cfg.max_tunnels, release_freed_memory)
-                {
-                    Some(g) => Some(g),
-                    None => {
-                        let msg = format!(
-                        "server busy: {} tunnel sessions already running (--max-tunnels), each of which may hold {} MiB; try again later",
-                        self.cfg.max_tunnels,
-                        tunnel_driver::SESSION_HELD >> 20
-                    );
-                        return refuse(&mut ctrl_w, TransferError::new(ErrorCode::Busy, msg));
-                    }
-                }
-            }
-            _ => None,
-        };
+        let req = &granted.req;
         // The side this server plays, prepared before accepting, so
         // errors come first.
-        let side = match self.build_side(&req, &root, &est.peer) {
+        let side = match self.build_side(req, &granted.root, &est.peer) {
             Ok(side) => side,
             Err(e) => return refuse(&mut ctrl_w, e),
         };
         let gated = side.gated(req.streams);
-        let session_id = est.keys.session_id();
-        // The socket opened in the handshake serves a UDP request only;
-        // one not opened then is opened now that the client is known, and
-        // named in `Accept` (P-23, issue 39).
-        let udp = match udp {
-            None if req.transport == TRANSPORT_UDP && est.udp_port == 0 => {
-                self.open_udp(ctrl_r.get_ref().local_addr())
-            }
-            u => u.filter(|_| req.transport == TRANSPORT_UDP),
-        };
-        let udp_port = udp
-            .as_ref()
-            .and_then(|c| c.local_addr().ok())
-            .map_or(0, |a| a.port());
-        let streams = budget.streams;
-        listed.open(Accepted {
-            protection,
-            streams,
-            frame_max: budget.frame_max,
-        });
+        let protection = granted.protection;
         let accepted_at = Instant::now();
-        let joined = ctrl_w
-            .send_msg(&Msg::Accept {
-                session: session_id,
-                streams,
-                udp_port,
-                gated,
-            })
-            .map_err(|e| TransferError::lost("accepting the request", &e))
-            .and_then(|()| match req.transport {
-                TRANSPORT_UDP => self.udp_or_streams(
-                    udp,
-                    &mut est,
-                    accepted_at,
-                    protection,
-                    &mut ctrl_r,
-                    &rx,
-                    streams,
-                    &req,
-                    &progress,
-                ),
-                _ => gather(&rx, streams).map(DataPlan::Tcp),
-            });
+        let joined = self.accept(
+            (&mut est, udp, &listed, &rx),
+            (&mut ctrl_r, &mut ctrl_w),
+            &granted,
+            gated,
+            &progress,
+        );
         // The session stays listed to its end: a second join of an index
         // now shuts its control connection (P-39).
         listed.gathered();
@@ -607,7 +467,7 @@ impl Server {
             est.rtt = accepted_at.elapsed();
         }
         let how = (est.rtt, gated, protection);
-        self.run_side(side, plan, (ctrl_r, ctrl_w), &req, how, progress, rec)
+        self.run_side(side, plan, (ctrl_r, ctrl_w), req, how, progress, rec)
     }
 }
 
