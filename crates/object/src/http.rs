@@ -19,6 +19,10 @@ pub const ATTEMPTS: u32 = 10;
 /// Attempts of a request asked before a transfer starts: a wrong endpoint
 /// is told in a second.
 pub const QUICK: u32 = 3;
+/// The largest answer body taken: more than any range haul asks for (8
+/// MiB) or any page of a listing (5,000 keys); a store that sends more is
+/// not believed.
+pub const MAX_ANSWER: usize = 64 << 20;
 
 /// An answer: status, headers, whole body.
 #[derive(Debug)]
@@ -80,13 +84,19 @@ impl Http {
             let got = match self.client.request(req).await {
                 Ok(r) => {
                     let (parts, body) = r.into_parts();
-                    match body.collect().await {
+                    match http_body_util::Limited::new(body, MAX_ANSWER)
+                        .collect()
+                        .await
+                    {
                         Ok(b) => Ok(Answer {
                             status: parts.status,
                             headers: parts.headers,
                             body: b.to_bytes(),
                         }),
-                        Err(e) => Err(NoAnswer(causes(&e))),
+                        Err(e) => Err(NoAnswer(format!(
+                            "its answer could not be read whole (at most {} MiB): {e}",
+                            MAX_ANSWER >> 20
+                        ))),
                     }
                 }
                 Err(e) => Err(NoAnswer(causes(&e))),

@@ -193,6 +193,11 @@ type Key = (String, u64, (i64, u32));
 
 /// Every page of a listing under `url`'s prefix, `delimiter` (only what
 /// lies directly under it) or not, handed to `each`.
+/// At most this many keys, and pages, are listed under one prefix: ten
+/// million objects is a transfer to split by prefix (or `--shard`), and a
+/// store that pages on for ever is not followed.
+pub const MAX_LISTED: usize = 10_000_000;
+
 fn pages(
     store: &Store,
     url: &ObjectUrl,
@@ -200,8 +205,20 @@ fn pages(
     mut each: impl FnMut(&Page),
 ) -> Result<(), StoreError> {
     let mut token: Option<String> = None;
+    let (mut keys, mut pages) = (0usize, 0usize);
     loop {
         let page = store.block_on(store.api.list(url, delimiter, token.take()))?;
+        keys += page.objects.len() + page.prefixes.len();
+        pages += 1;
+        if keys > MAX_LISTED || pages > MAX_LISTED {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "{url} at {} lists more than {MAX_LISTED} objects; copy narrower prefixes, one at a time",
+                    store.endpoint
+                ),
+            ));
+        }
         each(&page);
         match page.next {
             Some(t) => token = Some(t),
