@@ -259,20 +259,36 @@ pub struct DecodeMeter {
 }
 
 impl DecodeMeter {
-    pub fn report(&mut self, progress: &Progress) -> Option<wire::Msg> {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            return None;
-        }
-        let totals = [
+    /// A report at most once a second, of what was decoded since the last.
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn totals(progress: &Progress) -> [u64; 4] {
+        [
             Progress::get(&progress.decoded_lz4),
             Progress::get(&progress.decoded_lz4_us),
             Progress::get(&progress.decoded_zstd),
             Progress::get(&progress.decoded_zstd_us),
-        ];
+        ]
+    }
+
+    /// When the next report is due: none while nothing was decoded since
+    /// the last, so that an idle writer sleeps.
+    pub fn due(&self, progress: &Progress) -> Option<Instant> {
+        if Self::totals(progress) == self.sent {
+            return None;
+        }
+        Some(self.last.map_or_else(Instant::now, |t| t + Self::EVERY))
+    }
+
+    pub fn report(&mut self, progress: &Progress) -> Option<wire::Msg> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Self::EVERY)
+        {
+            return None;
+        }
+        let totals = Self::totals(progress);
         if totals == self.sent {
             return None;
         }

@@ -5,8 +5,9 @@
 //!
 //! It rides in the run's [`crate::progress::Progress`], which every engine already
 //! holds: the TCP and UDP paths of both sides and the tunnel's lanes draw
-//! from [`RunControl::pace`], and their control loops look at
-//! [`RunControl::stopped`] at least every 50 ms.
+//! from [`RunControl::pace`]; a stop wakes the transfer engine's threads
+//! that sleep ([`RunControl::on_stop`]), and the tunnel's and UDP
+//! channel's loops look at [`RunControl::stopped`] as they turn.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,6 +60,9 @@ fn burst(rate: u64) -> u64 {
 /// How an error reads to the peer: the server's own paths left out.
 pub type Hide = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
+/// Wakes what sleeps in a run, so that it hears of a stop at once.
+pub type Waker = Box<dyn Fn() + Send + Sync>;
+
 /// What the side that runs a session imposes on it besides the request.
 /// A client's runs have none of it.
 #[derive(Default)]
@@ -66,6 +70,7 @@ pub struct RunControl {
     pace: Mutex<Option<Arc<Pace>>>,
     stop: Mutex<Option<TransferError>>,
     hide: Mutex<Option<Hide>>,
+    wakers: Mutex<Vec<Waker>>,
 }
 
 impl std::fmt::Debug for RunControl {
@@ -105,6 +110,17 @@ impl RunControl {
     /// peer (and returned by the run).
     pub fn stop(&self, why: TransferError) {
         lock(&self.stop).get_or_insert(why);
+        for wake in lock(&self.wakers).iter() {
+            wake();
+        }
+    }
+
+    /// Calls `wake` when the run is told to stop (at once if it was).
+    pub fn on_stop(&self, wake: Waker) {
+        if self.stopped().is_some() {
+            wake();
+        }
+        lock(&self.wakers).push(wake);
     }
 
     /// Why the run was told to stop, if it was.
@@ -134,6 +150,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use wire::ErrorCode;
+
+    #[test]
+    fn a_stop_wakes_what_sleeps_now_or_at_once_if_it_came_first() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let c = RunControl::default();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        c.on_stop(Box::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(woken.load(Ordering::SeqCst), 0);
+        c.stop(TransferError::new(ErrorCode::Auth, "revoked"));
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        let w = woken.clone();
+        c.on_stop(Box::new(move || {
+            w.fetch_add(10, Ordering::SeqCst);
+        }));
+        assert_eq!(woken.load(Ordering::SeqCst), 11);
+    }
 
     #[test]
     fn a_shared_pace_holds_two_runs_to_one_rate() {

@@ -7,7 +7,7 @@
 
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use wire::{ErrorCode, Msg};
@@ -16,19 +16,17 @@ use connect::error::TransferError;
 use connect::framed::{FrameError, FrameWriter};
 use connect::progress::Progress;
 
-/// How often the control writers ask what nothing of this run can
-/// signal: a stop from outside it (a revoked key, issue 39) and another
-/// session's word about a partial this one holds (P-41). Every other wait
-/// of a run sleeps until its core's one deadline or a change.
-pub(crate) const OUTSIDE: Duration = Duration::from_millis(200);
 /// How long a broken data stream waits for the peer's stated reason.
 const REASON_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait for the peer to close after the transfer is complete.
 const LINGER: Duration = Duration::from_secs(30);
 
 pub(crate) struct Shared<'a, S> {
-    pub(crate) state: Mutex<S>,
-    pub(crate) cv: Condvar,
+    /// The session and the condition variable its threads sleep on, each
+    /// behind an `Arc` so that a wake-up can come from outside the run
+    /// (a stop, another session's word): see [`Shared::waker`].
+    pub(crate) state: Arc<Mutex<S>>,
+    pub(crate) cv: Arc<Condvar>,
     error: Mutex<Option<TransferError>>,
     stop: AtomicBool,
     done: AtomicBool,
@@ -37,25 +35,45 @@ pub(crate) struct Shared<'a, S> {
     pub(crate) progress: &'a Progress,
 }
 
-impl<'a, S> Shared<'a, S> {
+impl<'a, S: Send + 'static> Shared<'a, S> {
+    /// The run's shared state; a stop from outside it (a revoked key,
+    /// issue 39) wakes its threads at once.
     pub(crate) fn new(
         state: S,
         ctrl: FrameWriter,
         sockets: Vec<TcpStream>,
         progress: &'a Progress,
     ) -> Self {
-        Shared {
-            state: Mutex::new(state),
-            cv: Condvar::new(),
+        let sh = Shared {
+            state: Arc::new(Mutex::new(state)),
+            cv: Arc::new(Condvar::new()),
             error: Mutex::new(None),
             stop: AtomicBool::new(false),
             done: AtomicBool::new(false),
             sockets,
             ctrl: Mutex::new(ctrl),
             progress,
-        }
+        };
+        progress.control.on_stop(Box::new(sh.waker()));
+        sh
     }
 
+    /// Wakes every thread asleep on the session, from anywhere, for as
+    /// long as the run lasts: it takes the lock first, so a thread that
+    /// looked and is about to sleep hears it.
+    pub(crate) fn waker(&self) -> impl Fn() + Send + Sync + 'static {
+        let (state, cv): (Weak<Mutex<S>>, Weak<Condvar>) =
+            (Arc::downgrade(&self.state), Arc::downgrade(&self.cv));
+        move || {
+            if let (Some(state), Some(cv)) = (state.upgrade(), cv.upgrade()) {
+                drop(state.lock().unwrap_or_else(|p| p.into_inner()));
+                cv.notify_all();
+            }
+        }
+    }
+}
+
+impl<'a, S> Shared<'a, S> {
     pub(crate) fn lock(&self) -> MutexGuard<'_, S> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -115,14 +133,14 @@ impl<'a, S> Shared<'a, S> {
     /// Sleeps, the session locked as `st`, until something changes (a
     /// message handled, a block read or placed, the run stopping or
     /// ending) or until `deadline`, the one its caller's core named; with
-    /// none, only a change wakes it. Returns at once if the run stopped or
-    /// ended.
+    /// none, only a change wakes it. Returns at once if the run stopped,
+    /// ended, or was told to stop from outside.
     pub(crate) fn wait<'g>(
         &self,
         st: MutexGuard<'g, S>,
         deadline: Option<Instant>,
     ) -> MutexGuard<'g, S> {
-        if self.stopped() || self.is_done() {
+        if self.stopped() || self.is_done() || self.progress.control.stopped().is_some() {
             return st;
         }
         match deadline {

@@ -31,7 +31,7 @@ use connect::framed::{FrameReader, FrameWriter};
 use connect::progress::{Mark, Progress};
 
 use crate::options::ReceiveOptions;
-use crate::shared::{clones, Shared, OUTSIDE};
+use crate::shared::{clones, Shared};
 use bases::Bases;
 use place::Receiving;
 
@@ -82,9 +82,10 @@ pub fn run_receiver(
     // Another session wants a partial this one holds: a word to the peer
     // at once shows whether it is still there (P-41).
     let poked = std::sync::Arc::new(AtomicBool::new(false));
-    let flag = poked.clone();
+    let (flag, wake) = (poked.clone(), sh.waker());
     sink.on_contention(std::sync::Arc::new(move || {
-        flag.store(true, Ordering::Release)
+        flag.store(true, Ordering::Release);
+        wake();
     }));
     let rx = Receiving {
         block_size,
@@ -146,7 +147,7 @@ pub fn run_receiver(
                     if sh.stopped() {
                         break;
                     }
-                    drop(sh.wait(st, Some(Instant::now() + OUTSIDE)));
+                    drop(sh.wait(st, meter.due(sh.progress)));
                     continue;
                 }
                 (msgs, finished)

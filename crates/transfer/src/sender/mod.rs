@@ -30,7 +30,7 @@ use connect::framed::{FrameReader, FrameWriter};
 use connect::progress::{Mark, Progress};
 
 use crate::compress::Compression;
-use crate::shared::{clones, Shared, OUTSIDE};
+use crate::shared::{clones, Shared};
 use prepare::{prepare_blocks, Buffers, Prepared};
 
 /// How blocks travel: the TCP data connections, or the UDP channel.
@@ -180,7 +180,7 @@ fn run_sender_with(
                     if sh.is_done() || sh.stopped() {
                         break;
                     }
-                    drop(sh.wait(st, Some(Instant::now() + OUTSIDE)));
+                    drop(sh.wait(st, None));
                     continue;
                 }
                 if let Some(left) = gap.hold(Instant::now()) {
