@@ -232,7 +232,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         file_bytes: r.summary.file_bytes,
         wire_bytes: r.wire_bytes,
         duration_s: secs,
-        goodput_bps: r.summary.file_bytes as f64 * 8.0 / secs,
+        goodput_bps: goodput(r),
         streams: r.streams,
         blocks_retransmitted: r.retransmitted.max(r.summary.bad_blocks),
         blocks_endgame_copies: r.endgame_copies,
@@ -361,14 +361,27 @@ pub fn text(r: &Report) -> String {
     lines + &summary_text(r)
 }
 
+/// Goodput: the file bytes this run delivered, verified, per second. A
+/// resumed partial's bytes were delivered by an earlier run, and count
+/// only there.
+fn goodput(r: &Report) -> f64 {
+    let secs = r.duration.as_secs_f64().max(1e-9);
+    r.summary.file_bytes.saturating_sub(r.resumed) as f64 * 8.0 / secs
+}
+
 fn summary_text(r: &Report) -> String {
     let secs = r.duration.as_secs_f64().max(1e-9);
     let s = &r.summary;
-    let goodput = s.file_bytes as f64 * 8.0 / secs;
-    let overhead = if s.file_bytes > 0 {
-        r.wire_bytes as f64 * 100.0 / s.file_bytes as f64
-    } else {
-        0.0
+    let goodput = goodput(r);
+    let moved = s.file_bytes.saturating_sub(r.resumed);
+    // Against the bytes this run moved; a run that moved none has no
+    // such share.
+    let overhead = match moved {
+        0 => String::new(),
+        m => format!(
+            " ({:.1}% of file bytes",
+            r.wire_bytes as f64 * 100.0 / m as f64
+        ),
     };
     let mut zeros = String::new();
     if r.zero_bytes > 0 {
@@ -391,16 +404,32 @@ fn summary_text(r: &Report) -> String {
             bytes(r.skipped_bytes)
         );
     }
-    let head = format!(
-        "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
-         wire {} ({overhead:.1}% of file bytes{zeros}), ",
-        s.files,
-        if s.files == 1 { "" } else { "s" },
-        bytes(s.file_bytes),
-        secs,
-        bits_per_sec(goodput),
-        bytes(r.wire_bytes),
-    );
+    let head = if moved == 0 {
+        // Nothing moved (a sync with everything up to date, a resume with
+        // nothing left): no rate to speak of.
+        let zeros = zeros.trim_start_matches([',', ';', ' ']);
+        format!(
+            "haul: {} file{}, {} in {:.2} s: nothing needed sending{}{zeros}\n  wire {}, ",
+            s.files,
+            if s.files == 1 { "" } else { "s" },
+            bytes(s.file_bytes),
+            secs,
+            if zeros.is_empty() { "" } else { ": " },
+            bytes(r.wire_bytes),
+        )
+    } else {
+        let close = if overhead.is_empty() { "" } else { ")" };
+        format!(
+            "haul: {} file{}, {} in {:.2} s: goodput {} (verified)\n  \
+             wire {}{overhead}{zeros}{close}, ",
+            s.files,
+            if s.files == 1 { "" } else { "s" },
+            bytes(s.file_bytes),
+            secs,
+            bits_per_sec(goodput),
+            bytes(r.wire_bytes),
+        )
+    };
     let route = match r.route {
         endpoint::Route::Daemon => "",
         endpoint::Route::Ssh => "\n  remote side started over ssh, data on direct connections",

@@ -1161,3 +1161,34 @@ fn delete_and_dry_run_both_ways() {
     );
     assert_same_contents(&tree, &local);
 }
+
+/// A run that moved nothing states so, with no rate and no share of file
+/// bytes (issue 41: "goodput 0.0 kbit/s", "3200.7% of file bytes").
+#[test]
+fn a_sync_with_nothing_to_send_reports_no_rate() {
+    let env = Env::new();
+    let server = env.serve();
+    let top = env.local.join("data");
+    fs::create_dir_all(&top).unwrap();
+    for i in 0..3 {
+        write_file(&top.join(format!("f{i}")), &random_bytes(10_000, i));
+    }
+    let sync = || {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_haul"));
+        c.args(["sync", &format!("{}/", top.display())])
+            .arg(env.remote(&server, "mirror/"))
+            .env("HAUL_HOME", &env.home)
+            .stdin(std::process::Stdio::null());
+        c.output().unwrap()
+    };
+    let first = String::from_utf8_lossy(&sync().stderr).into_owned();
+    assert!(first.contains("goodput"), "{first}");
+    let out = sync();
+    let again = ok(&out);
+    assert!(again.contains("nothing needed sending"), "{again}");
+    assert!(
+        !again.contains("goodput") && !again.contains('%'),
+        "{again}"
+    );
+    assert!(again.contains("already up to date"), "{again}");
+}
