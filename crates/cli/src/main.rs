@@ -11,6 +11,7 @@ mod known_paths;
 mod location;
 mod logging;
 mod manual;
+mod out;
 mod probe;
 mod reach;
 mod report;

@@ -139,10 +139,13 @@ pub fn complete(notes: &[(wire::NoteKind, String)]) -> bool {
 pub fn run_plan(a: PlanArgs, raw: &[String]) -> i32 {
     crate::logging::init(a.cp.common.verbose);
     match plan(&a, raw) {
-        Ok(text) => {
-            print!("{text}");
-            exit::OK
-        }
+        Ok(text) => match crate::out::write(text.as_bytes()) {
+            Ok(()) => exit::OK,
+            Err(e) => {
+                eprintln!("haul: cannot write the plan: {e}");
+                exit::code(wire::ErrorCode::Other)
+            }
+        },
         Err(e) => {
             eprintln!("haul: {}", e.message);
             exit::code(e.code)

@@ -40,16 +40,45 @@ fn completions_know_every_command_and_their_flags() {
 fn manual_pages_for_haul_and_each_command() {
     let top = haul(&["man"]);
     assert!(top.contains(".TH haul 1"), "{}", &top[..200.min(top.len())]);
-    let dir = tempfile::tempdir().unwrap();
-    haul(&["man", "--out", dir.path().to_str().unwrap()]);
+    // A folder that is not there yet is made (issue 41).
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("share/man/man1");
+    haul(&["man", "--out", dir.to_str().unwrap()]);
     for page in ["haul.1", "haul-cp.1", "haul-serve.1", "haul-plan.1"] {
-        assert!(dir.path().join(page).is_file(), "{page}");
+        assert!(dir.join(page).is_file(), "{page}");
     }
-    let cp = std::fs::read_to_string(dir.path().join("haul-cp.1")).unwrap();
+    let cp = std::fs::read_to_string(dir.join("haul-cp.1")).unwrap();
     assert!(
         cp.contains(".TH haul-cp 1") && cp.contains("files\\-from"),
         "{cp}"
     );
+    // Its NAME is the page's: haul-cp, not cp.
+    let name = cp.split(".SH NAME").nth(1).unwrap_or("");
+    assert!(name.trim_start().starts_with("haul\\-cp "), "{name}");
+}
+
+/// A reader that stops early (`haul completions zsh | head`) ends the
+/// command quietly, never with a panic (issue 41).
+#[test]
+fn output_into_a_closed_pipe_is_not_a_panic() {
+    for args in [
+        &["completions", "zsh"][..],
+        &["completions", "bash"],
+        &["man"],
+    ] {
+        let mut child = Command::new(HAUL)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closed before the command writes a byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {err}");
+    }
 }
 
 #[test]
