@@ -105,7 +105,29 @@ fn metrics_count_a_known_transfer_in_prometheus_text() {
         ),
         1.0
     );
-    assert_eq!(value(&s, "haul_errors_total", &[("code", "8")]), 1.0);
+    assert_eq!(
+        value(
+            &s,
+            "haul_errors_total",
+            &[("who", "alice@lab"), ("code", "8")]
+        ),
+        1.0
+    );
+    // Why bytes were not sent, each its own series; an idle daemon's rate
+    // is 0, not -0 (issue 41).
+    for why in ["zero", "compression", "dedup"] {
+        assert!(
+            s.samples.iter().any(
+                |x| x.metric == "haul_saved_bytes_total" && x.labels.get("reason") == Some(why)
+            ),
+            "no haul_saved_bytes_total{{reason={why}}}"
+        );
+    }
+    let text = get(&addr, "/metrics");
+    assert!(
+        text.lines().any(|l| l == "haul_goodput_bytes_per_second 0"),
+        "{text}"
+    );
     assert_eq!(
         value(&s, "haul_file_bytes_total", &[who[0], ("direction", "in")]),
         700_000.0

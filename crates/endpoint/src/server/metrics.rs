@@ -29,14 +29,18 @@ const PAGE: &str = include_str!("status.html");
 struct Totals {
     /// (who, outcome) → sessions.
     sessions: BTreeMap<(String, &'static str), u64>,
-    /// Exit code → failed sessions.
-    errors: BTreeMap<u8, u64>,
+    /// (who, exit code) → failed sessions.
+    errors: BTreeMap<(String, u8), u64>,
     /// (who, direction) → file bytes.
     bytes: BTreeMap<(String, &'static str), u64>,
     wire: u64,
-    saved: u64,
+    /// Why → file bytes not sent: zero blocks, compression, dedup.
+    saved: BTreeMap<&'static str, u64>,
     retransmitted: u64,
 }
+
+/// Why file bytes were not sent, as `haul_saved_bytes_total` labels them.
+const SAVED: [&str; 3] = ["zero", "compression", "dedup"];
 
 /// The daemon's sessions, running and finished.
 pub(crate) struct Metrics {
@@ -92,9 +96,8 @@ impl Metrics {
                 .entry((who.clone(), if ok { "ok" } else { "failed" }))
                 .or_default() += 1;
             if !ok {
-                *t.errors
-                    .entry(e["code"].as_u64().unwrap_or(1) as u8)
-                    .or_default() += 1;
+                let code = e["code"].as_u64().unwrap_or(1) as u8;
+                *t.errors.entry((who.clone(), code)).or_default() += 1;
             }
             let direction = match e["op"].as_str() {
                 Some("push") => "in",
@@ -102,7 +105,9 @@ impl Metrics {
             };
             *t.bytes.entry((who, direction)).or_default() += e["bytes"].as_u64().unwrap_or(0);
             t.wire += e["wire_bytes"].as_u64().unwrap_or(0);
-            t.saved += e["saved_bytes"].as_u64().unwrap_or(0);
+            for why in SAVED {
+                *t.saved.entry(why).or_default() += e["saved"][why].as_u64().unwrap_or(0);
+            }
             t.retransmitted += e["retransmitted"].as_u64().unwrap_or(0);
         }
         let mut f = lock(&self.finished);
@@ -149,10 +154,14 @@ impl Metrics {
             &mut o,
             "haul_errors_total",
             "counter",
-            "Failed sessions, by exit code.",
+            "Failed sessions, by key comment and exit code.",
         );
-        for (code, n) in &t.errors {
-            let _ = writeln!(o, "haul_errors_total{{code=\"{code}\"}} {n}");
+        for ((who, code), n) in &t.errors {
+            let _ = writeln!(
+                o,
+                "haul_errors_total{{who=\"{}\",code=\"{code}\"}} {n}",
+                label(who)
+            );
         }
         head(
             &mut o,
@@ -178,9 +187,12 @@ impl Metrics {
             &mut o,
             "haul_saved_bytes_total",
             "counter",
-            "File bytes not sent: zero blocks, compression and deduplication.",
+            "File bytes not sent, by why: zero blocks, compression, deduplication.",
         );
-        let _ = writeln!(o, "haul_saved_bytes_total {}", t.saved);
+        for why in SAVED {
+            let n = t.saved.get(why).copied().unwrap_or(0);
+            let _ = writeln!(o, "haul_saved_bytes_total{{reason=\"{why}\"}} {n}");
+        }
         head(
             &mut o,
             "haul_retransmitted_blocks_total",
@@ -190,15 +202,16 @@ impl Metrics {
         let _ = writeln!(o, "haul_retransmitted_blocks_total {}", t.retransmitted);
         head(
             &mut o,
-            "haul_goodput_bits_per_second",
+            "haul_goodput_bytes_per_second",
             "gauge",
-            "Goodput of the sessions running now, together.",
+            "Goodput of the sessions running now, together, in bytes per second.",
         );
+        // Whole bytes: an idle daemon's sum of no rates is -0.0 as a float.
         let rate: f64 = running
             .iter()
             .map(|r| r["rate"].as_f64().unwrap_or(0.0))
             .sum();
-        let _ = writeln!(o, "haul_goodput_bits_per_second {}", (rate * 8.0).round());
+        let _ = writeln!(o, "haul_goodput_bytes_per_second {}", rate.round() as u64);
         head(
             &mut o,
             "haul_uptime_seconds",

@@ -109,9 +109,15 @@ impl Record {
         let (files, bytes) = s
             .moved
             .unwrap_or_else(|| (get(|p| &p.done_files), get(|p| &p.done_bytes)));
-        let saved = get(|p| &p.dedup_bytes)
-            + get(|p| &p.zero_bytes)
-            + get(|p| &p.compressed_in).saturating_sub(get(|p| &p.compressed_out));
+        let saved = json!({
+            "zero": get(|p| &p.zero_bytes),
+            "compression": get(|p| &p.compressed_in).saturating_sub(get(|p| &p.compressed_out)),
+            "dedup": get(|p| &p.dedup_bytes),
+        });
+        let saved_total: u64 = ["zero", "compression", "dedup"]
+            .iter()
+            .map(|k| saved[k].as_u64().unwrap_or(0))
+            .sum();
         let (ok, code, message) = match outcome {
             Ok(_) => (true, 0, String::new()),
             Err(e) => (false, e.code as u8, e.message.clone()),
@@ -126,7 +132,8 @@ impl Record {
             "files": files,
             "bytes": bytes,
             "wire_bytes": get(|p| &p.wire_tx) + get(|p| &p.wire_rx),
-            "saved_bytes": saved,
+            "saved_bytes": saved_total,
+            "saved": saved,
             "retransmitted": get(|p| &p.retransmitted),
             "seconds": (took.as_secs_f64() * 1000.0).round() / 1000.0,
             "ok": ok,
