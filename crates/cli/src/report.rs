@@ -47,9 +47,17 @@ impl Bar {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(8));
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{bar:30.cyan/blue} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                    "{bar:30.cyan/blue} {bytes}/{total_bytes} {rate} ETA {eta} {msg}",
                 )
                 .expect("static template")
+                // In bits per second, as --rate, --progress lines and the
+                // summary are.
+                .with_key(
+                    "rate",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = w.write_str(&bits_per_sec(state.per_sec() * 8.0));
+                    },
+                )
                 .progress_chars("=> "),
             );
             while !s.load(Ordering::Relaxed) {
