@@ -456,6 +456,9 @@ fn a_host_without_haul_gets_this_one_copied_over_ssh() {
     let said = ok(&env.cp(&args(&["--push-haul"])));
     let first = t0.elapsed();
     assert!(said.contains("copied this haul"), "{said}");
+    // The remote shell's own "command not found" is not shown: exit 127
+    // is what says so (issue 41).
+    assert!(!said.contains("not found"), "{said}");
     assert!(fs::read(env.root.join("f.bin")).unwrap() == fs::read(&src).unwrap());
     let cached: Vec<_> = fs::read_dir(sshd.login_cache().join("haul/bin"))
         .unwrap()

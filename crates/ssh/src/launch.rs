@@ -84,16 +84,26 @@ pub struct SshLink {
 }
 
 impl SshSpec {
-    /// The remote command line.
+    /// The remote command line. Where haul is left to the remote PATH,
+    /// a host without it ends with exit 127 and no word of the shell's
+    /// own ("bash: haul: command not found"): the exit code is what says
+    /// so, and haul may then offer to copy itself there (`--push-haul`).
     pub fn remote_command(&self) -> String {
         let ports = match self.remote_ports {
             Some(p) => format!(" --data-ports {p}"),
             None => String::new(),
         };
-        format!(
-            "{} serve --stdio{ports}{}",
-            self.remote_haul, self.remote_extra
-        )
+        let h = &self.remote_haul;
+        // `haul`, or the cached copy's guard (one word that names it, or
+        // `haul` where it is not there): checked before it runs. A
+        // --remote-haul of the user's own is run as written.
+        if h == "haul" || h.starts_with("\"$(") {
+            return format!(
+                "h={h}; command -v \"$h\" >/dev/null 2>&1 || exit 127; \"$h\" serve --stdio{ports}{}",
+                self.remote_extra
+            );
+        }
+        format!("{h} serve --stdio{ports}{}", self.remote_extra)
     }
 
     fn who(&self) -> String {
