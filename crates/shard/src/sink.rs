@@ -235,7 +235,7 @@ impl ShardSink {
         }
         let missing: Vec<u32> = (0..count).filter(|i| !done.contains(i)).collect();
         Ok(format!(
-            "{} of {count} shards are done (plan {plan}): done {}, not yet {}. A shard that has finished but is not listed wrote elsewhere: the receiving hosts must share the destination ({})",
+            "{} of {count} shards are done (plan {plan}): done {}, waiting for {}; the transfer completes once every shard has run (shards record themselves in {}, which every receiving host must share)",
             done.len(),
             list(&done),
             list(&missing),
