@@ -94,6 +94,19 @@ fn keys_change_under_a_running_daemon_and_a_revoked_key_is_cut_off() {
         4,
     );
     ok(&as_b("b2.txt"));
+    // A line whose options haul refuses is warned about when it is read,
+    // not only when that client connects (issue 41).
+    fs::write(&keys, format!("colour=blue {b_key}")).unwrap();
+    hangup(&server);
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .log
+            .lock()
+            .unwrap()
+            .contains("has options haul refuses")),
+        "no warning for an unknown option: {}",
+        server.log.lock().unwrap()
+    );
 }
 
 /// The unit file a site installs runs the daemon as its own user, may

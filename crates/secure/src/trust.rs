@@ -133,6 +133,11 @@ impl AuthorizedKeys {
         self.options.get(key).map(String::as_str)
     }
 
+    /// Every key that has options, with them, in no set order.
+    pub fn with_options(&self) -> impl Iterator<Item = (&PublicKey, &str)> {
+        self.options.iter().map(|(k, o)| (k, o.as_str()))
+    }
+
     /// The comment the file gives `key`, if any.
     pub fn comment(&self, key: &PublicKey) -> Option<&str> {
         self.comments.get(key).map(String::as_str)

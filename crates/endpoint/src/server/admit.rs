@@ -18,7 +18,9 @@ impl super::Server {
             ClientKeys::File(path) => {
                 let authorized = match AuthorizedKeys::load(path) {
                     Ok(loaded) => {
-                        self.log_key_warnings(loaded.warnings);
+                        let mut warnings = loaded.warnings;
+                        warnings.extend(option_warnings(&loaded.keys, path));
+                        self.log_key_warnings(warnings);
                         loaded.keys
                     }
                     Err(e) => {
@@ -64,9 +66,12 @@ impl super::Server {
         };
         let authorized = match AuthorizedKeys::load(path) {
             Ok(l) => {
-                for w in &l.warnings {
+                let mut warnings = l.warnings;
+                warnings.extend(option_warnings(&l.keys, path));
+                for w in &warnings {
                     tracing::warn!("{w}");
                 }
+                *self.key_warnings.lock().unwrap_or_else(|p| p.into_inner()) = warnings;
                 l.keys
             }
             Err(e) => {
@@ -108,4 +113,24 @@ impl super::Server {
             *last = warnings;
         }
     }
+}
+
+/// A warning for each key whose options haul refuses: said when the file
+/// is read (at the start, on SIGHUP), not only when that client connects
+/// and is refused. Sorted, so that the same file warns the same way.
+pub fn option_warnings(keys: &AuthorizedKeys, path: &std::path::Path) -> Vec<String> {
+    let mut out: Vec<String> = keys
+        .with_options()
+        .filter_map(|(key, opts)| {
+            let e = access::KeyOptions::parse(opts).err()?;
+            let who = keys.comment(key).unwrap_or("no comment");
+            Some(format!(
+                "{}: the line of key {} ({who}) has options haul refuses: {e}; that client is refused until the line is fixed",
+                path.display(),
+                key.fingerprint()
+            ))
+        })
+        .collect();
+    out.sort();
+    out
 }
