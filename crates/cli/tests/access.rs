@@ -120,7 +120,7 @@ fn read_only_and_write_only_keys_do_only_that() {
     assert!(!env.root.join("up.bin").exists());
     // The drop box takes pushes; reads nothing of what is there.
     ok(&cp_as(&dropper, &[s, &at("f.bin")]));
-    let again = cp_as(&dropper, &["--json", s, &at("f.bin")]);
+    let again = cp_as(&dropper, &["--json", s, &at("g.bin")]);
     ok(&again);
     let r: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(
@@ -128,6 +128,17 @@ fn read_only_and_write_only_keys_do_only_that() {
         "the drop box offered chunks of what it holds"
     );
     assert!(fs::read(env.root.join("drop/f.bin")).unwrap() == fs::read(&src).unwrap());
+    // And replaces nothing: a name taken is refused, the earlier drop
+    // kept as it was (issue 41).
+    let other = env.local.join("other.bin");
+    write_file(&other, &random_bytes(200_000, 5));
+    let t = fails(
+        &cp_as(&dropper, &[other.to_str().unwrap(), &at("f.bin")]),
+        7,
+    );
+    assert!(t.contains("only takes new files"), "{t}");
+    assert!(fs::read(env.root.join("drop/f.bin")).unwrap() == fs::read(&src).unwrap());
+    assert!(temporaries(&env.root.join("drop")).is_empty());
     let t = fails(&cp_as(&dropper, &[&at("f.bin"), b]), 7);
     assert!(t.contains("write-only"), "{t}");
     fails(&sync_as(&dropper, &[s, &at("f.bin")]), 7);

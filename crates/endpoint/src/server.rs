@@ -440,7 +440,7 @@ impl Server {
         let req = &granted.req;
         // The side this server plays, prepared before accepting, so
         // errors come first.
-        let side = match self.build_side(req, &granted.root, &est.peer) {
+        let side = match self.build_side(req, &granted.root, &est.peer, granted.adding_only) {
             Ok(side) => side,
             Err(e) => return refuse(&mut ctrl_w, e),
         };

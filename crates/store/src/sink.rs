@@ -187,6 +187,9 @@ pub struct Sink {
     poke: Mutex<Option<Arc<partial::Poke>>>,
     /// Told of every sync (a test's fault layer; see [`crate::durable`]).
     observer: Mutex<Option<Arc<dyn SyncObserver>>>,
+    /// A drop box's: a file is only ever added, never placed over one
+    /// that is there ([`Sink::adding_only`]).
+    pub(crate) adding_only: bool,
     /// What is left of the time this transfer waits, all files together,
     /// for partials that other transfers still hold live (P-41): two
     /// syncs of one tree at once must not wait that long for every file.
@@ -240,8 +243,28 @@ impl Sink {
             notes: Arc::new(Notes::default()),
             poke: Mutex::new(None),
             observer: Mutex::new(None),
+            adding_only: false,
             live_grace: Mutex::new(partial::LIVE_GRACE),
         }
+    }
+
+    /// Files are only added: one whose name is taken is refused when it
+    /// is opened, and placed with `RENAME_NOREPLACE`, so that no earlier
+    /// file is replaced even by a race (a write-only key's drop box).
+    pub fn adding_only(mut self) -> Sink {
+        self.adding_only = true;
+        self
+    }
+
+    /// A drop box's refusal of a name that is taken.
+    pub(crate) fn taken(path: &std::path::Path) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Permission,
+            format!(
+                "{} is there already, and this destination only takes new files (a drop box): push it under another name",
+                path.display()
+            ),
+        )
     }
 
     /// [`partial::settle`], out of this transfer's grace for live holders.

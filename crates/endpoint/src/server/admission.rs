@@ -30,6 +30,9 @@ pub(super) struct Admitted {
     pub req: Request,
     pub root: Root,
     pub protection: Protection,
+    /// A write-only key's pushes only add files (a drop box): none is
+    /// placed over one that is there.
+    pub adding_only: bool,
 }
 
 /// Admits `req` from a key with `access` under `policy`, or says why not
@@ -54,6 +57,7 @@ pub(super) fn admit_request(
         req,
         root,
         protection,
+        adding_only: access.write_only,
     })
 }
 

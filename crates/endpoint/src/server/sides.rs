@@ -30,6 +30,7 @@ impl super::Server {
         req: &Request,
         root: &Root,
         peer: &PublicKey,
+        adding_only: bool,
     ) -> Result<Side, TransferError> {
         let objects = |p: &String| self.cfg.buckets.as_ref().filter(|b| b.serves(p));
         match req.op {
@@ -99,8 +100,11 @@ impl super::Server {
                     root.clone(),
                 )?;
                 let basis = self.open_basis(root, &req.basis)?;
-                let sink =
-                    self.receiving_sink(Sink::new(place, req.preserve), req.shard.as_ref())?;
+                let mut files = Sink::new(place, req.preserve);
+                if adding_only {
+                    files = files.adding_only();
+                }
+                let sink = self.receiving_sink(files, req.shard.as_ref())?;
                 Ok(Side::Receive(sink, self.receiving(req, peer, basis)))
             }
         }

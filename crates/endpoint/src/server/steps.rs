@@ -42,6 +42,8 @@ pub(super) struct Granted<'s> {
     /// The part of the served root this key sees.
     pub root: Root,
     pub protection: Protection,
+    /// Pushes only add files (a write-only key's drop box).
+    pub adding_only: bool,
     pub budget: SessionBudget,
     _reserved: Reserved<'s>,
     _tunnel: Option<SessionGuard<'s>>,
@@ -115,6 +117,7 @@ impl Server {
             req,
             root,
             protection,
+            adding_only,
         } = admission::admit_request(access, &policy, req)?;
         key.asked(asked, req.clone());
         // What the client reads names paths below the root it sees, never
@@ -147,6 +150,7 @@ impl Server {
             req,
             root,
             protection,
+            adding_only,
             budget,
             _reserved: reserved,
             _tunnel: tunnel,

@@ -166,6 +166,9 @@ impl BlockSink for Sink {
                 ),
             ));
         }
+        if self.adding_only && tree.kind(&below)?.is_some() {
+            return Err(Sink::taken(&final_path));
+        }
         let (dir_rel, name) = beneath::split(&below);
         let dir = tree.dir(dir_rel)?;
         // The resumable name, unless another transfer keeps it (one that
@@ -400,8 +403,22 @@ impl BlockSink for Sink {
         for (f, ..) in &found {
             let dir = &dirs[&f.dir];
             f.check_still_there(dir)?;
-            rustix::fs::renameat(&**dir, &f.temp, &**dir, &f.name)
-                .map_err(|e| StoreError::io("rename into place", &f.final_path, &e.into()))?;
+            let placed = match self.adding_only {
+                false => rustix::fs::renameat(&**dir, &f.temp, &**dir, &f.name),
+                true => rustix::fs::renameat_with(
+                    &**dir,
+                    &f.temp,
+                    &**dir,
+                    &f.name,
+                    rustix::fs::RenameFlags::NOREPLACE,
+                ),
+            };
+            match placed {
+                Err(rustix::io::Errno::EXIST) => return Err(Sink::taken(&f.final_path)),
+                r => {
+                    r.map_err(|e| StoreError::io("rename into place", &f.final_path, &e.into()))?
+                }
+            }
             if f.resumable && f.journaled.load(Ordering::Acquire) {
                 *f.journal.lock().expect("journal") = false;
                 f.with_journal(|j| j.remove())?;

@@ -73,6 +73,25 @@ fn any_number_of_files_within_the_descriptor_limit() {
 }
 
 #[test]
+fn a_drop_box_never_places_a_file_over_one_that_is_there() {
+    let d = tempfile::tempdir().unwrap();
+    fs::write(d.path().join("out.bin"), b"earlier").unwrap();
+    let s = sink_at(d.path(), "out.bin", false).adding_only();
+    let e = s.open_file(1, b"src.bin", &stamp(3)).unwrap_err();
+    assert_eq!(e.kind, crate::StoreErrorKind::Permission, "{e}");
+    // A file that appears after the name was found free is not replaced
+    // either: the rename does not overwrite.
+    let s = sink_at(d.path(), "new.bin", false).adding_only();
+    s.open_file(1, b"src.bin", &stamp(3)).unwrap();
+    s.write_block(1, 0, b"abc").unwrap();
+    fs::write(d.path().join("new.bin"), b"raced").unwrap();
+    let e = s.finalize(&[verified(1, 0o640, 1_000_000, 0)]).unwrap_err();
+    assert_eq!(e.kind, crate::StoreErrorKind::Permission, "{e}");
+    assert_eq!(fs::read(d.path().join("new.bin")).unwrap(), b"raced");
+    assert_eq!(fs::read(d.path().join("out.bin")).unwrap(), b"earlier");
+}
+
+#[test]
 fn file_appears_only_after_finalize() {
     let d = tempfile::tempdir().unwrap();
     let s = sink_at(d.path(), "out.bin", false);
