@@ -19,7 +19,7 @@
 # the object's MD5.
 # CPU-s/GB: every process of the case (both ends and the store), not the
 # emulator, from a cgroup of this script's. Needs root, the emulators in
-# target/tools (.ci/run installs them) and rclone
+# target/tools (scripts/test.sh installs them) and rclone
 # (GOBIN=$PWD/target/tools go install github.com/rclone/rclone@v1.71.2).
 set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -1,5 +1,5 @@
 //! The Azure backend against Azurite, Microsoft's emulator of the Blob
-//! service (installed by `.ci/run` under `target/tools/azurite`): one
+//! service (installed by `scripts/test.sh` under `target/tools/azurite`): one
 //! emulator per test, on a free loopback port, in memory, killed when the
 //! test ends.
 
@@ -56,7 +56,10 @@ impl Azurite {
                     path.display()
                 );
             }
-            eprintln!("SKIPPED: Azurite is not at {}: run .ci/run", path.display());
+            eprintln!(
+                "SKIPPED: Azurite is not at {}: run scripts/test.sh",
+                path.display()
+            );
             return None;
         }
         for _ in 0..3 {

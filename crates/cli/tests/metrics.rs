@@ -144,7 +144,7 @@ fn metrics_count_a_known_transfer_in_prometheus_text() {
 fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
     if !std::path::Path::new("/usr/bin/chromium").exists() {
         let why =
-            "the status page test needs Chromium: run .ci/run once, or apt-get install chromium";
+            "the status page test needs Chromium: run scripts/test.sh once, or apt-get install chromium";
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "{why}, and CI must install it"

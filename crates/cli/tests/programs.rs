@@ -1,4 +1,4 @@
-//! The tests run only haul and the programs `.ci/run` lists and installs
+//! The tests run only haul and the programs `scripts/test.sh` lists and installs
 //! (issue 24): a test source that names another program fails here, on
 //! any machine, before a fresh one fails to run it.
 //!
@@ -112,8 +112,8 @@ fn every_program_the_tests_name_is_on_the_list_in_ci_run() {
     }
     assert!(
         bad.is_empty(),
-        "tests may run only haul and the programs listed in .ci/run (PROGRAMS), \
-         which .ci/run installs:\n{}",
+        "tests may run only haul and the programs listed in scripts/test.sh (PROGRAMS), \
+         which scripts/test.sh installs:\n{}",
         bad.join("\n")
     );
     // The scan sees what the suite is known to run.

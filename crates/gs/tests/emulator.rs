@@ -1,5 +1,5 @@
 //! The GCS backend against a real emulator: fake-gcs-server (built by
-//! `.ci/run` into `target/tools`), started per test on a free loopback
+//! `scripts/test.sh` into `target/tools`), started per test on a free loopback
 //! port with its memory backend and the test's buckets, stopped by PID
 //! when dropped. Where it was not built, each test prints why it skips
 //! (and fails under CI, which builds it).
@@ -41,7 +41,7 @@ impl Emulator {
         netem::testing::check_program("fake-gcs-server");
         if !binary().exists() {
             let why = format!(
-                "{test} needs fake-gcs-server: run .ci/run once, or GOBIN=$PWD/target/tools go install github.com/fsouza/fake-gcs-server@v1.56.1"
+                "{test} needs fake-gcs-server: run scripts/test.sh once, or GOBIN=$PWD/target/tools go install github.com/fsouza/fake-gcs-server@v1.56.1"
             );
             assert!(
                 !std::env::var("CI").is_ok_and(|v| v == "true"),

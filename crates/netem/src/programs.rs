@@ -1,7 +1,7 @@
 //! The programs tests may run besides haul (issue 24).
 //!
-//! One list, in `.ci/run`, names each program and the Debian package
-//! that has it; `.ci/run` installs the packages of those missing, so a
+//! One list, in `scripts/test.sh`, names each program and the Debian package
+//! that has it; `scripts/test.sh` installs the packages of those missing, so a
 //! fresh machine runs the whole suite. Tests start external programs only
 //! through [`program`] (or check a name with [`check_program`] before
 //! handing it to a launcher such as `ip netns exec`), which refuses any
@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::process::Command;
 
-/// `.ci/run`, whose `PROGRAMS` block is the list.
-const CI_RUN: &str = include_str!("../../../.ci/run");
+/// `scripts/test.sh`, whose `PROGRAMS` block is the list.
+const LIST: &str = include_str!("../../../scripts/test.sh");
 
 /// One line of the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,15 +20,15 @@ pub struct Listed {
     pub program: String,
     /// The Debian package that has it.
     pub package: String,
-    /// Where it lives when not on the `PATH` (a glob, as `.ci/run` reads
+    /// Where it lives when not on the `PATH` (a glob, as `scripts/test.sh` reads
     /// it), or `None`.
     pub place: Option<String>,
 }
 
-/// The list in `.ci/run`: the lines between `PROGRAMS='` and the closing
+/// The list in `scripts/test.sh`: the lines between `PROGRAMS='` and the closing
 /// `'`, each `program package [place]`; `#` starts a comment.
 pub fn listed() -> Vec<Listed> {
-    parse(CI_RUN)
+    parse(LIST)
 }
 
 fn parse(text: &str) -> Vec<Listed> {
@@ -65,7 +65,7 @@ pub fn allowed(name: &str) -> bool {
 pub fn check_program(name: &str) {
     assert!(
         allowed(name),
-        "tests may run only haul and the programs listed in .ci/run (PROGRAMS), which .ci/run installs; \
+        "tests may run only haul and the programs listed in scripts/test.sh (PROGRAMS), which it installs; \
          `{name}` is not there: add it with the Debian package that has it, or do the work in Rust"
     );
 }

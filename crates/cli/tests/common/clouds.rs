@@ -1,7 +1,7 @@
 //! Real emulators of the other clouds' object stores, for `gs://` and
-//! `az://` tests of the whole tool: fake-gcs-server (built by `.ci/run`
+//! `az://` tests of the whole tool: fake-gcs-server (built by `scripts/test.sh`
 //! through the Go module proxy) and Azurite (Microsoft's own emulator,
-//! installed by `.ci/run` from the npm registry). Each is started by the
+//! installed by `scripts/test.sh` from the npm registry). Each is started by the
 //! test on a free loopback port, in memory, and stopped by PID when
 //! dropped. Where one is missing, the tests that need it say SKIPPED (and
 //! fail under CI, which installs both).
@@ -63,7 +63,7 @@ fn available(binary: &Path, test: &str, how: &str) -> bool {
         return true;
     }
     let why = format!(
-        "{test} needs {}: run .ci/run once, or {how}",
+        "{test} needs {}: run scripts/test.sh once, or {how}",
         binary.display()
     );
     assert!(

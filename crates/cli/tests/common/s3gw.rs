@@ -1,4 +1,4 @@
-//! A real S3 server for tests: versitygw (built by `.ci/run` with `go
+//! A real S3 server for tests: versitygw (built by `scripts/test.sh` with `go
 //! install` into `target/tools`) on a loopback port, serving buckets
 //! that are directories of a temp dir, so a test reads an object's bytes
 //! back as a file. Started by the test, stopped by PID when dropped.
@@ -42,7 +42,7 @@ pub fn gateway_available(test: &str) -> bool {
         return true;
     }
     let why = format!(
-        "{test} needs versitygw: run .ci/run once, or GOBIN=$PWD/target/tools go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+        "{test} needs versitygw: run scripts/test.sh once, or GOBIN=$PWD/target/tools go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
     );
     assert!(
         !std::env::var("CI").is_ok_and(|v| v == "true"),

@@ -1,5 +1,5 @@
 //! A real one-node Slurm cluster for tests: munged, slurmctld and slurmd
-//! from Debian's packages (installed by `.ci/run`), on loopback ports of
+//! from Debian's packages (installed by `scripts/test.sh`), on loopback ports of
 //! their own, with every file under a temp dir. Started by the test,
 //! stopped by PID when dropped. Slurm's daemons run as root, so the tests
 //! that need one say why they skip elsewhere.
@@ -58,7 +58,7 @@ pub fn available(test: &str) -> bool {
         return true;
     }
     let why = format!(
-        "{test} needs Slurm and munge ({} missing): run .ci/run once, or apt-get install slurm-wlm munge",
+        "{test} needs Slurm and munge ({} missing): run scripts/test.sh once, or apt-get install slurm-wlm munge",
         missing.join(", ")
     );
     assert!(
