@@ -8,7 +8,7 @@
 //! character is written escaped (`\n`, `\x1b`), so a client cannot forge
 //! a line or a terminal sequence (issue 39), and there are no colours.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 fn filter(verbose: u8) -> tracing_subscriber::EnvFilter {
     let level = match verbose {
@@ -16,15 +16,29 @@ fn filter(verbose: u8) -> tracing_subscriber::EnvFilter {
         1 => "info,aws_config=error,aws_smithy_runtime=error,aws_sdk_s3=error",
         _ => "debug",
     };
-    tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level))
+    // An empty HAUL_LOG is no setting, not a filter that shows nothing.
+    match std::env::var("HAUL_LOG") {
+        Ok(v) if !v.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(v)
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        _ => tracing_subscriber::EnvFilter::new(level),
+    }
 }
 
 pub fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(verbose))
+        .with_ansi(colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Colours only on a terminal, and not where `NO_COLOR` is set to
+/// anything (no-color.org): a log file or a pipe gets plain text.
+fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// A daemon's log: peer text escaped, no colours.
@@ -58,6 +72,14 @@ impl<W: Write> Write for Escaped<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())));
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
+    }
 
     #[test]
     fn a_peers_newline_or_escape_cannot_forge_a_log_line() {
