@@ -149,7 +149,7 @@ pub fn run(a: ServeArgs) -> i32 {
     // it, and a file others may write is warned about (P-39).
     let loaded = AuthorizedKeys::load(&authorized_keys);
     if let Ok(l) = &loaded {
-        let refused = endpoint::server::option_warnings(&l.keys, &authorized_keys);
+        let refused = endpoint::server::admit::option_warnings(&l.keys, &authorized_keys);
         for w in l.warnings.iter().chain(&refused) {
             eprintln!("haul serve: warning: {w}");
         }

@@ -26,8 +26,7 @@ use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
 
 mod access;
 mod admission;
-mod admit;
-pub use admit::option_warnings;
+pub mod admit;
 pub mod bucket;
 mod files;
 mod gather;
