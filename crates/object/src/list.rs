@@ -297,10 +297,14 @@ fn head_all(
 }
 
 /// `SECONDS.NANOSECONDS`, as [`MTIME`] holds it.
+/// Also rclone's `mtime` on S3, the same seconds with a fraction of any
+/// length up to nanoseconds (`1700000000.5` is half a second).
 pub fn parse_mtime(v: &str) -> Option<(i64, u32)> {
-    let (s, n) = v.split_once('.').unwrap_or((v, "0"));
-    let n: u32 = n.parse().ok()?;
-    (n < 1_000_000_000).then_some(())?;
+    let (s, frac) = v.split_once('.').unwrap_or((v, ""));
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u32 = format!("{frac:0<9}").parse().ok()?;
     Some((s.parse().ok()?, n))
 }
 
@@ -320,5 +324,11 @@ mod tests {
         assert_eq!(parse_mtime("12"), Some((12, 0)));
         assert_eq!(parse_mtime("x"), None);
         assert_eq!(parse_mtime("1.2000000000"), None);
+        // rclone's float seconds: a fraction of any length.
+        assert_eq!(
+            parse_mtime("1700000000.5"),
+            Some((1_700_000_000, 500_000_000))
+        );
+        assert_eq!(parse_mtime("1.-5"), None);
     }
 }

@@ -18,6 +18,20 @@ use store::{StoreError, StoreErrorKind};
 use crate::client::S3;
 use crate::error::from_sdk;
 
+/// The metadata name rclone keeps a file's modification time under on
+/// S3, as float seconds: the same form as haul's own.
+pub const RCLONE_MTIME: &str = "mtime";
+
+/// `metadata`, and where it holds haul's time, the same under rclone's
+/// name, so that haul and rclone sync one bucket incrementally.
+fn with_rclone_mtime(metadata: &[(String, String)]) -> Vec<(String, String)> {
+    let mut all = metadata.to_vec();
+    if let Some((_, v)) = metadata.iter().find(|(k, _)| k == "haul-mtime") {
+        all.push((RCLONE_MTIME.to_string(), v.clone()));
+    }
+    all
+}
+
 /// The status of the answer an SDK error came with, if any.
 trait RawStatus {
     fn raw_response_status(&self) -> Option<u16>;
@@ -116,9 +130,10 @@ impl Objects for S3 {
             let listed = out
                 .last_modified()
                 .map_or((0, 0), |t| (t.secs(), t.subsec_nanos()));
+            // haul's own time, else rclone's: the two sync one bucket.
             let mtime = out
                 .metadata()
-                .and_then(|m| m.get(self.mtime_key()))
+                .and_then(|m| m.get(self.mtime_key()).or_else(|| m.get(RCLONE_MTIME)))
                 .and_then(|v| parse_mtime(v))
                 .unwrap_or(listed);
             Ok(Some(ObjectInfo {
@@ -172,7 +187,7 @@ impl Objects for S3 {
                 .key(&url.key)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C)
                 .body(ByteStream::from(body));
-            for (k, v) in metadata {
+            for (k, v) in with_rclone_mtime(metadata) {
                 req = req.metadata(k, v);
             }
             let r = match self.tls {
@@ -196,7 +211,7 @@ impl Objects for S3 {
                 .bucket(&url.bucket)
                 .key(&url.key)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C);
-            for (k, v) in metadata {
+            for (k, v) in with_rclone_mtime(metadata) {
                 req = req.metadata(k, v);
             }
             let out = req
