@@ -239,6 +239,21 @@ fn store_failures_have_their_own_exit_codes_and_leave_nothing() {
         .env_remove("AWS_SECRET_ACCESS_KEY");
     let err = fails(&output_within(c, CP_LIMIT), 16);
     assert!(err.contains("no credentials"), "{err}");
+    // A profile that is not there: 16, saying so (issue 41).
+    let err = fails(
+        &cp(
+            &env,
+            &gw,
+            &[
+                "--profile",
+                "nosuch",
+                &env.remote(&server, "f"),
+                "s3://bkt/f",
+            ],
+        ),
+        16,
+    );
+    assert!(err.contains("no profile \"nosuch\""), "{err}");
     // A bucket that is not there: 17.
     let err = fails(&to("s3://nobucket/f"), 17);
     assert!(err.contains("nobucket"), "{err}");

@@ -13,7 +13,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::BehaviorVersion;
 use aws_sdk_s3::Client;
 use object::{Store, Tuning};
-use store::StoreError;
+use store::{StoreError, StoreErrorKind};
 
 /// How to reach the store, from the command line.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +41,9 @@ pub struct S3 {
 /// Builds a client from `opts` and the environment. Nothing is asked of
 /// the store yet: [`Store::check`] does that.
 pub fn connect(opts: &S3Options, tuning: &Tuning) -> Result<Arc<Store>, StoreError> {
+    if let Some(p) = &opts.profile {
+        check_profile(p)?;
+    }
     let rt = object::store::runtime("haul-s3")?;
     let endpoint = opts
         .endpoint
@@ -90,4 +93,68 @@ pub fn connect(opts: &S3Options, tuning: &Tuning) -> Result<Arc<Store>, StoreErr
         endpoint: endpoint.unwrap_or_else(|| "AWS S3".into()),
     };
     Ok(Store::new(rt, Arc::new(api), tuning))
+}
+
+/// The AWS files, as the SDK finds them: `AWS_CONFIG_FILE` and
+/// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/config` and `credentials`.
+fn aws_files() -> [std::path::PathBuf; 2] {
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let or = |var: &str, name: &str| {
+        std::env::var_os(var)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| home.join(".aws").join(name))
+    };
+    [
+        or("AWS_CONFIG_FILE", "config"),
+        or("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+    ]
+}
+
+/// The profiles a file names: `[profile NAME]` or `[NAME]` sections.
+fn profiles_in(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix('[')?.strip_suffix(']'))
+        .map(|s| s.trim().trim_start_matches("profile ").trim().to_string())
+        .collect()
+}
+
+/// `--profile NAME` names a profile one of the AWS files has; otherwise
+/// the user hears that, not "found no credentials".
+fn check_profile(name: &str) -> Result<(), StoreError> {
+    let files = aws_files();
+    let mut known: Vec<String> = files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| profiles_in(&t))
+        .collect();
+    if known.iter().any(|p| p == name) {
+        return Ok(());
+    }
+    known.sort();
+    known.dedup();
+    let there = match known.is_empty() {
+        true => "no profiles are there".to_string(),
+        false => format!("the profiles there are {}", known.join(", ")),
+    };
+    Err(StoreError::new(
+        StoreErrorKind::StoreAuth,
+        format!(
+            "no profile {name:?} in {} or {}; {there}: name one of them with --profile, or add it",
+            files[0].display(),
+            files[1].display()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_are_read_from_either_files_sections() {
+        let text = "[default]\nregion = x\n[profile lab]\n[ other ]\nkey = [not]\n";
+        assert_eq!(profiles_in(text), ["default", "lab", "other"]);
+    }
 }
