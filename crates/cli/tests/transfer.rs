@@ -521,9 +521,13 @@ fn a_push_of_nothing_but_zeros_needs_no_data_connection() {
     write_file(&tree.join("disk.img"), &vec![0u8; (5 << 19) + 300]);
     write_file(&tree.join("sub/one.img"), &vec![0u8; 1 << 20]);
     write_file(&tree.join("sub/empty"), b"");
+    // -p: the tree is compared with its directories' times, which only
+    // -p keeps (without it a directory's time is when its last entry was
+    // made, a second apart now and then).
     let out = env.cp(&[
         "--json",
         "-r",
+        "-p",
         tree.to_str().unwrap(),
         &env.remote(&server, ""),
     ]);
