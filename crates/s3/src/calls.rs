@@ -22,11 +22,12 @@ use crate::error::from_sdk;
 /// S3, as float seconds: the same form as haul's own.
 pub const RCLONE_MTIME: &str = "mtime";
 
-/// `metadata`, and where it holds haul's time, the same under rclone's
-/// name, so that haul and rclone sync one bucket incrementally.
-fn with_rclone_mtime(metadata: &[(String, String)]) -> Vec<(String, String)> {
+/// `metadata`, and where it holds haul's time (under `key`), the same
+/// under rclone's name, so that haul and rclone sync one bucket
+/// incrementally.
+fn with_rclone_mtime(metadata: &[(String, String)], key: &str) -> Vec<(String, String)> {
     let mut all = metadata.to_vec();
-    if let Some((_, v)) = metadata.iter().find(|(k, _)| k == "haul-mtime") {
+    if let Some((_, v)) = metadata.iter().find(|(k, _)| k == key) {
         all.push((RCLONE_MTIME.to_string(), v.clone()));
     }
     all
@@ -187,7 +188,7 @@ impl Objects for S3 {
                 .key(&url.key)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C)
                 .body(ByteStream::from(body));
-            for (k, v) in with_rclone_mtime(metadata) {
+            for (k, v) in with_rclone_mtime(metadata, self.mtime_key()) {
                 req = req.metadata(k, v);
             }
             let r = match self.tls {
@@ -211,7 +212,7 @@ impl Objects for S3 {
                 .bucket(&url.bucket)
                 .key(&url.key)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C);
-            for (k, v) in with_rclone_mtime(metadata) {
+            for (k, v) in with_rclone_mtime(metadata, self.mtime_key()) {
                 req = req.metadata(k, v);
             }
             let out = req

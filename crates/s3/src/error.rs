@@ -18,7 +18,7 @@ where
     let detail = e.message().map(str::to_string);
     let context = DisplayErrorContext(&e).to_string();
     let (kind, _) = classify(&code, status, &context);
-    let why = causes(&e);
+    let why = object::http::causes(&e);
     let said = match (&detail, code.is_empty()) {
         (Some(m), false) => format!(" ({code}: {m})"),
         (None, false) => format!(" ({code})"),
@@ -48,20 +48,6 @@ where
         _ => format!("cannot {what} {url} at {endpoint}{said}: {why}"),
     };
     StoreError::new(kind, message)
-}
-
-/// The chain of causes, innermost last, each said once.
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut said: Vec<String> = Vec::new();
-    let mut next = Some(e);
-    while let Some(err) = next {
-        let s = err.to_string();
-        if !said.iter().any(|p| p.contains(&s)) {
-            said.push(s);
-        }
-        next = err.source();
-    }
-    said.join(": ")
 }
 
 fn classify(code: &str, status: Option<u16>, context: &str) -> (StoreErrorKind, String) {

@@ -20,45 +20,35 @@ use crate::report::{self, Bar, Show};
 pub(super) type Said = (String, Option<String>);
 
 pub(super) fn run(a: &CpArgs, plan: Plan, r: Resolved) -> Result<Said, TransferError> {
-    let pushed = |p: Pushed| match p {
-        Pushed::Report(rep) => Ok(("push", *rep)),
-        Pushed::Shard(said) => Err(said),
-    };
-    let done = match plan {
+    match plan {
         Plan::Push {
             sources: PushFrom::Bucket(url),
             dest,
             ..
-        } => pushed(push_objects(a, r, &url, &dest)?),
+        } => push_objects(a, r, &url, &dest),
         Plan::Push {
             sources: PushFrom::Files(sources),
             dest,
             ..
-        } => pushed(push_files(a, r, &sources, &dest)?),
+        } => push_files(a, r, &sources, &dest),
         Plan::Pull {
             sources,
             dest: PullTo::Bucket(url),
             ..
-        } => Ok(("pull", pull_into_objects(a, r, sources, url)?)),
+        } => Ok(said(a, &pull_into_objects(a, r, sources, url)?, "pull")),
         Plan::Pull {
             sources,
             dest: PullTo::Path(dest),
             ..
-        } => Ok(("pull", pull_into_path(a, r, sources, &dest)?)),
-    };
-    // A shard's push has said its own words.
-    let (direction, report) = match done {
-        Ok(d) => d,
-        Err(said) => return Ok(said),
-    };
-    let text = (!a.quiet).then(|| report::text(&report));
-    Ok((report::json(&report, direction), text))
+        } => Ok(said(a, &pull_into_path(a, r, sources, &dest)?, "pull")),
+    }
 }
 
-/// What a push ended with: its report, or a shard's own words.
-enum Pushed {
-    Report(Box<Report>),
-    Shard(Said),
+/// What a transfer's report says: its JSON line and, unless `--quiet`,
+/// its text.
+fn said(a: &CpArgs, report: &Report, direction: &str) -> Said {
+    let text = (!a.quiet).then(|| report::text(report));
+    (report::json(report, direction), text)
 }
 
 /// Objects of a store pushed to the peer, whole or this shard's share.
@@ -67,7 +57,7 @@ fn push_objects(
     mut r: Resolved,
     url: &object::ObjectUrl,
     dest: &str,
-) -> Result<Pushed, TransferError> {
+) -> Result<Said, TransferError> {
     let store = backends::connect(url, &a.s3.settings())?;
     let listed = object::list(&store, url, a.recursive)?;
     for s in &listed.skipped {
@@ -78,7 +68,7 @@ fn push_objects(
     if let Some(sh) = r.shard {
         let (entries, source, spec) = crate::shard::share(a, sh, &listed.entries, source)?;
         r.cfg.shard = Some(spec);
-        return push_shard(a, r, (entries, source, dest), flags).map(Pushed::Shard);
+        return push_shard(a, r, (entries, source, dest), flags);
     }
     let conn = r.dialer.connect(r.cfg)?;
     let bar = Bar::start(conn.progress(), r.show);
@@ -86,7 +76,7 @@ fn push_objects(
     bar.finish();
     let rep = finish(got, r.dialer)?;
     crate::known_paths::save(&r.peer, r.ssh, &rep);
-    Ok(Pushed::Report(Box::new(rep)))
+    Ok(said(a, &rep, "push"))
 }
 
 /// Local files pushed to the peer, whole or this shard's share.
@@ -95,7 +85,7 @@ fn push_files(
     mut r: Resolved,
     sources: &[std::path::PathBuf],
     dest: &str,
-) -> Result<Pushed, TransferError> {
+) -> Result<Said, TransferError> {
     let walked = match &a.files_from {
         Some(list) => crate::files_from::walk(list, a.from0, sources, a.recursive)?,
         None => store::walk(sources, a.recursive)?,
@@ -115,7 +105,7 @@ fn push_files(
         let (entries, source, spec) = crate::shard::share(a, sh, &walked.entries, Box::new(files))?;
         r.cfg.shard = Some(spec);
         let flags = (a.recursive, sources.len() > 1, contents);
-        return push_shard(a, r, (entries, source, dest), flags).map(Pushed::Shard);
+        return push_shard(a, r, (entries, source, dest), flags);
     }
     // Zero blocks are looked for while the connection is set up; not for
     // a sync, whose files may all be skipped.
@@ -131,7 +121,7 @@ fn push_files(
     bar.finish();
     let rep = finish(got, r.dialer)?;
     crate::known_paths::save(&r.peer, r.ssh, &rep);
-    Ok(Pushed::Report(Box::new(rep)))
+    Ok(said(a, &rep, "push"))
 }
 
 /// The peer's files pulled into a store.
@@ -225,8 +215,7 @@ fn push_shard(
         ));
     }
     crate::known_paths::save(&r.peer, r.ssh, &rep);
-    let text = (!a.quiet).then(|| report::text(&rep));
-    Ok((report::json(&rep, "push"), text))
+    Ok(said(a, &rep, "push"))
 }
 
 /// Ends the ssh link once the transfer is over, and notes the route taken.
