@@ -42,6 +42,8 @@ slurmd          slurmd          /usr/sbin
 sbatch          slurm-client
 sinfo           slurm-client
 chromium        chromium        /usr/bin    # a real browser for the status page test
+rsync           rsync                       # filters, itemized changes and --files-from checked against rsync
+openssl         openssl                     # a private CA for the S3 server of the --ca-bundle test
 '
 
 # Install the package of every listed program that is missing.

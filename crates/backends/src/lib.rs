@@ -10,7 +10,7 @@ use std::sync::Arc;
 use object::{ObjectUrl, Store, Tuning};
 use store::{StoreError, StoreErrorKind};
 
-pub use s3::S3Options;
+pub use s3::{S3Options, WriteOptions as S3WriteOptions};
 
 /// What connecting to a store may take from the command line: the S3
 /// profile and endpoint, and what every store shares. Other stores take

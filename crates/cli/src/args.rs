@@ -111,15 +111,25 @@ pub struct PlanArgs {
     /// The container image the Kubernetes pods run haul from.
     #[arg(long, default_value = "haul:latest")]
     pub image: String,
-    /// CPUs each shard asks for.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub cpus: u32,
+    /// CPUs each shard asks for. Without it, a Slurm task takes a node of
+    /// its own (--exclusive: all its cores, one shard per node), and a pod
+    /// asks for one.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub cpus: Option<u32>,
+    /// The longest a Slurm task may run ([D-]HH:MM:SS, or minutes).
+    #[arg(long, value_name = "TIME", value_parser = parse_slurm_time)]
+    pub time: Option<String>,
+    /// Memory each pod asks for and may use (Kubernetes).
+    #[arg(long, value_name = "QUANTITY", default_value = "1Gi", value_parser = parse_quantity)]
+    pub memory: String,
     /// A PersistentVolumeClaim mounted in every pod (Kubernetes), as
     /// CLAIM:MOUNT_PATH; repeat for more.
     #[arg(long = "pvc", value_name = "CLAIM:PATH")]
     pub claims: Vec<String>,
-    /// A Secret holding the client key (id_x25519) and known_hosts,
-    /// mounted as HAUL_HOME in every pod (Kubernetes).
+    /// A Secret holding the client key (id_x25519) and known_hosts (the
+    /// destination's key pinned), copied into each pod's HAUL_HOME by an
+    /// init container (Kubernetes): kubectl create secret generic NAME
+    /// --from-file=$HAUL_HOME/id_x25519 --from-file=$HAUL_HOME/known_hosts.
     #[arg(long, value_name = "NAME")]
     pub key_secret: Option<String>,
     #[command(flatten)]
@@ -424,11 +434,58 @@ pub struct CpArgs {
     #[arg(long, requires = "shard")]
     pub shard_status: bool,
     #[command(flatten)]
+    pub select: SelectArgs,
+    #[command(flatten)]
     pub conn: ConnectArgs,
     #[command(flatten)]
     pub s3: S3Args,
     #[command(flatten)]
     pub common: Common,
+}
+
+/// What is sent, as rsync and rclone select it (P-44). Rules apply in the
+/// order given, the first match deciding; see `haul help cp`.
+#[derive(Args, Clone, Default)]
+pub struct SelectArgs {
+    /// Leave out paths matching PATTERN (rsync's rules: `*.o`, `/top`,
+    /// `dir/`, `**/cache/`); the first rule that matches decides.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    pub exclude: Vec<String>,
+    /// Send paths matching PATTERN, whatever later rules say.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    pub include: Vec<String>,
+    /// --exclude for each line of FILE (`-`: standard input); blank lines
+    /// and lines starting with '#' or ';' are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
+    /// --include for each line of FILE.
+    #[arg(long, value_name = "FILE")]
+    pub include_from: Vec<PathBuf>,
+    /// A rule as rsync writes one: `- PATTERN` or `+ PATTERN`.
+    #[arg(short = 'f', long, value_name = "RULE", allow_hyphen_values = true)]
+    pub filter: Vec<String>,
+    /// Skip every file that exists at the destination, whatever it holds.
+    #[arg(long)]
+    pub ignore_existing: bool,
+    /// Leave out files larger than SIZE (10G, 500M, 4096).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
+    /// Leave out files smaller than SIZE.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub min_size: Option<u64>,
+    /// Leave out files modified longer ago than AGE (90s, 30m, 12h, 7d,
+    /// 2w), as rclone's --max-age.
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub max_age: Option<std::time::Duration>,
+    /// Say how each file sent differs from what was in place, in rsync's
+    /// letters (`>f+++++++++ new`, `>f.st...... changed`, `*deleting
+    /// gone`), on standard output. (-i is --identity, as in scp.)
+    #[arg(long)]
+    pub itemize_changes: bool,
+    /// The rules of all the options above, in the order given (filled
+    /// from the command line's order; see `args::ordered_rules`).
+    #[arg(skip)]
+    pub rules: Vec<String>,
 }
 
 /// How an object store is reached: for `s3://`, credentials follow the
@@ -452,6 +509,37 @@ pub struct S3Args {
     /// than the store takes (S3: 10,000).
     #[arg(long, alias = "part-size", value_name = "SIZE", value_parser = parse_part_size)]
     pub s3_part_size: Option<u64>,
+    /// The region of s3:// locations (default: AWS_REGION, the profile's,
+    /// else us-east-1).
+    #[arg(long, value_name = "REGION")]
+    pub s3_region: Option<String>,
+    /// Address buckets by path (`https://HOST/BUCKET/KEY`), as most
+    /// S3-compatible stores want; the default for --s3-endpoint.
+    #[arg(long, conflicts_with = "s3_virtual_host")]
+    pub s3_force_path_style: bool,
+    /// Address buckets by host name (`https://BUCKET.HOST/KEY`), also with
+    /// --s3-endpoint; AWS's own default.
+    #[arg(long)]
+    pub s3_virtual_host: bool,
+    /// The storage class of objects written: STANDARD, STANDARD_IA,
+    /// ONEZONE_IA, INTELLIGENT_TIERING, GLACIER_IR, GLACIER, DEEP_ARCHIVE,
+    /// REDUCED_REDUNDANCY, or a store's own.
+    #[arg(long, value_name = "CLASS", value_parser = parse_storage_class)]
+    pub s3_storage_class: Option<String>,
+    /// Server-side encryption of objects written: AES256 (SSE-S3) or
+    /// aws:kms (SSE-KMS, with --s3-sse-kms-key-id or the bucket's key).
+    #[arg(long, value_name = "ALGORITHM", value_parser = ["AES256", "aws:kms"])]
+    pub s3_sse: Option<String>,
+    /// The KMS key (id, ARN or alias) of --s3-sse aws:kms.
+    #[arg(long, value_name = "KEY")]
+    pub s3_sse_kms_key_id: Option<String>,
+    /// A canned ACL for objects written.
+    #[arg(long, value_name = "ACL", value_parser = ["private", "public-read", "public-read-write", "authenticated-read", "aws-exec-read", "bucket-owner-read", "bucket-owner-full-control"])]
+    pub s3_acl: Option<String>,
+    /// PEM certificates to trust beside the system's, for a store behind
+    /// a private CA (default: AWS_CA_BUNDLE).
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
 }
 
 impl S3Args {
@@ -460,6 +548,23 @@ impl S3Args {
             s3: backends::S3Options {
                 profile: self.profile.clone(),
                 endpoint: self.s3_endpoint.clone(),
+                region: self.s3_region.clone(),
+                path_style: match (self.s3_force_path_style, self.s3_virtual_host) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
+                ca_bundle: self.ca_bundle.clone(),
+                write: backends::S3WriteOptions {
+                    storage_class: self.s3_storage_class.clone(),
+                    // A KMS key implies SSE-KMS, as aws-cli takes it.
+                    sse: self
+                        .s3_sse
+                        .clone()
+                        .or_else(|| self.s3_sse_kms_key_id.as_ref().map(|_| "aws:kms".into())),
+                    kms_key_id: self.s3_sse_kms_key_id.clone(),
+                    acl: self.s3_acl.clone(),
+                },
             },
             tuning: object::Tuning {
                 part_size: self.s3_part_size,
@@ -652,6 +757,118 @@ pub struct KeygenArgs {
     /// Comment stored with the public key.
     #[arg(short = 'C', long)]
     pub comment: Option<String>,
+    /// Copy the key (id_x25519, and id_x25519.pub and known_hosts where
+    /// there) from DIR into HAUL_HOME, this user's and mode 0600: from a
+    /// mounted Kubernetes Secret, which this user may read only through
+    /// its group. Generates nothing.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "comment"])]
+    pub import: Option<PathBuf>,
+}
+
+/// Slurm's time limit: minutes, or `[D-]HH:MM[:SS]`.
+fn parse_slurm_time(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || b == b':' || b == b'-')
+        && s.split(['-', ':']).all(|w| !w.is_empty())
+        && s.matches('-').count() <= 1
+        && s.matches(':').count() <= 2;
+    match ok {
+        true => Ok(s.to_string()),
+        false => Err(format!("{s:?} is not a Slurm time; write minutes (90), HH:MM:SS (12:00:00) or D-HH:MM:SS (2-00:00:00)")),
+    }
+}
+
+/// A Kubernetes memory quantity: digits and a suffix (512Mi, 2Gi, 1G).
+fn parse_quantity(s: &str) -> Result<String, String> {
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &s[digits.len()..];
+    let ok = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && ["", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"].contains(&suffix);
+    match ok {
+        true => Ok(s.to_string()),
+        false => Err(format!(
+            "{s:?} is not a memory quantity; write it as Kubernetes does: 512Mi, 2Gi"
+        )),
+    }
+}
+
+/// An age as rclone writes one: a number and s, m, h, d or w.
+fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let unit = match t.chars().last() {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3600,
+        Some('d') => 86400,
+        Some('w') => 7 * 86400,
+        _ => 0,
+    };
+    let num = if unit == 0 { t } else { &t[..t.len() - 1] };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(unit.max(1)))
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is not an age; write it like 90s, 30m, 12h, 7d or 2w"))
+}
+
+/// The selection options of a `cp` or `sync` command line as rules, in
+/// the order the user gave them (rsync's first-match rule needs it).
+pub fn ordered_rules(m: &clap::ArgMatches) -> Result<Vec<String>, String> {
+    let mut at: Vec<(usize, String)> = Vec::new();
+    let mut take = |id: &str, f: &dyn Fn(&str) -> Result<Vec<String>, String>| {
+        if let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_raw(id)) {
+            for (i, v) in idx.zip(vals) {
+                for rule in f(&v.to_string_lossy())? {
+                    at.push((i, rule));
+                }
+            }
+        }
+        Ok::<(), String>(())
+    };
+    let one = |include: bool| {
+        move |v: &str| {
+            filter::Rule::pattern(include, v)
+                .map(|r| vec![r.line()])
+                .map_err(|e| e.to_string())
+        }
+    };
+    take("exclude", &one(false))?;
+    take("include", &one(true))?;
+    take("filter", &|v: &str| {
+        filter::Rule::parse(v)
+            .map(|r| vec![r.line()])
+            .map_err(|e| e.to_string())
+    })?;
+    let from = |include: bool| {
+        move |v: &str| {
+            let text = match v {
+                "-" => std::io::read_to_string(std::io::stdin()),
+                p => std::fs::read_to_string(p),
+            }
+            .map_err(|e| format!("cannot read the rules in {v}: {e}"))?;
+            filter::from_file(&text, include)
+                .map(|rs| rs.iter().map(filter::Rule::line).collect())
+                .map_err(|e| format!("{v}: {e}"))
+        }
+    };
+    take("exclude_from", &from(false))?;
+    take("include_from", &from(true))?;
+    at.sort_by_key(|(i, _)| *i);
+    Ok(at.into_iter().map(|(_, r)| r).collect())
+}
+
+/// A storage class as S3 names them: upper-case letters, digits and '_'.
+fn parse_storage_class(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    match ok {
+        true => Ok(s.to_string()),
+        false => Err(format!("{s:?} is not a storage class; write it as S3 does: STANDARD_IA, GLACIER_IR, DEEP_ARCHIVE, ...")),
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

@@ -27,7 +27,8 @@ Exit codes:
   16  object store: credentials refused or missing
   17  object store: no such bucket
   18  object store: still throttled (SlowDown) after retries with backoff
-  19  the shards of one transfer disagree about its plan: the sources changed between them";
+  19  the shards of one transfer disagree about its plan: the sources changed between them
+  23  partial transfer: some listed sources were missing (--files-from, as rsync's 23); the rest is verified and in place";
 
 pub fn code(c: ErrorCode) -> i32 {
     c as i32

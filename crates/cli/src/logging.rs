@@ -12,8 +12,11 @@ use std::io::{IsTerminal, Write};
 
 fn filter(verbose: u8) -> tracing_subscriber::EnvFilter {
     let level = match verbose {
-        0 => "warn,aws_config=error,aws_smithy_runtime=error,aws_sdk_s3=error",
-        1 => "info,aws_config=error,aws_smithy_runtime=error,aws_sdk_s3=error",
+        // Every crate of the AWS SDK (its targets all start `aws`): its
+        // warnings (a config file not found, no region in instance
+        // metadata) say less than haul's own message does.
+        0 => "warn,aws=error",
+        1 => "info,aws=error",
         _ => "debug",
     };
     // An empty HAUL_LOG is no setting, not a filter that shows nothing.
@@ -41,13 +44,72 @@ fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
     terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-/// A daemon's log: peer text escaped, no colours.
-pub fn init_daemon(verbose: u8) {
+/// A daemon's log: peer text escaped, no colours; with `json`, every
+/// line one JSON object (`--log-format json`), the daemon's own notices
+/// (`endpoint::server::log::say`) and each session's line included.
+pub fn init_daemon(verbose: u8, json: bool) {
+    endpoint::server::log::set_json(json);
+    if json {
+        use tracing_subscriber::prelude::*;
+        let _ = tracing_subscriber::registry()
+            .with(filter(verbose))
+            .with(JsonLines)
+            .try_init();
+        return;
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(verbose))
         .with_ansi(false)
         .with_writer(|| Escaped(std::io::stderr()))
         .try_init();
+}
+
+/// Each tracing event as one JSON line (`endpoint::server::log`): its
+/// `event` field names it (else `log`), its target and fields beside.
+struct JsonLines;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for JsonLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        use endpoint::server::log::{json_line, Level};
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let meta = event.metadata();
+        let level = match *meta.level() {
+            tracing::Level::ERROR => Level::Error,
+            tracing::Level::WARN => Level::Warn,
+            tracing::Level::INFO => Level::Info,
+            _ => Level::Debug,
+        };
+        let name = match fields.0.remove("event") {
+            Some(serde_json::Value::String(s)) => s,
+            _ => "log".to_string(),
+        };
+        fields.0.insert("target".into(), meta.target().into());
+        let line = json_line(level, &name, fields.0) + "\n";
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+}
+
+/// An event's fields as JSON values.
+#[derive(Default)]
+struct Fields(serde_json::Map<String, serde_json::Value>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+        self.0.insert(f.name().into(), format!("{v:?}").into());
+    }
+    fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+        self.0.insert(f.name().into(), v.into());
+    }
+    fn record_u64(&mut self, f: &tracing::field::Field, v: u64) {
+        self.0.insert(f.name().into(), v.into());
+    }
+    fn record_i64(&mut self, f: &tracing::field::Field, v: i64) {
+        self.0.insert(f.name().into(), v.into());
+    }
+    fn record_bool(&mut self, f: &tracing::field::Field, v: bool) {
+        self.0.insert(f.name().into(), v.into());
+    }
 }
 
 /// Writes each line with its control characters escaped, but its end.

@@ -8,6 +8,7 @@ mod exit;
 mod files_from;
 mod home;
 mod known_paths;
+mod local;
 mod location;
 mod logging;
 mod manual;
@@ -20,15 +21,22 @@ mod shard;
 mod taste;
 mod tunnel;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() {
-    let cli = args::Cli::parse();
+    let matches = args::Cli::command().get_matches();
+    let cli = args::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match cli.command {
-        args::Command::Cp(a) => cp::run(a),
+        args::Command::Cp(mut a) => match with_rules(&mut a, &matches) {
+            Ok(()) => cp::run(a),
+            Err(code) => code,
+        },
         args::Command::Sync(mut a) => {
             (a.recursive, a.preserve, a.update) = (true, true, true);
-            cp::run(a)
+            match with_rules(&mut a, &matches) {
+                Ok(()) => cp::run(a),
+                Err(code) => code,
+            }
         }
         args::Command::Serve(a) => serve::run(a),
         args::Command::Keygen(a) => serve::keygen(a),
@@ -38,13 +46,28 @@ fn main() {
         args::Command::Tunnel(a) => tunnel::run(a),
         args::Command::Completions(a) => manual::completions(a),
         args::Command::Man(a) => manual::man(a),
-        args::Command::Plan(a) => {
+        args::Command::Plan(mut a) => {
             let raw: Vec<String> = std::env::args()
                 .skip_while(|w| w != "plan")
                 .skip(1)
                 .collect();
-            shard::run_plan(a, &raw)
+            match with_rules(&mut a.cp, &matches) {
+                Ok(()) => shard::run_plan(a, &raw),
+                Err(code) => code,
+            }
         }
     };
     std::process::exit(code);
+}
+
+/// The selection rules of `cp` or `sync`, in the order given.
+fn with_rules(a: &mut args::CpArgs, m: &clap::ArgMatches) -> Result<(), i32> {
+    let Some((_, sub)) = m.subcommand() else {
+        return Ok(());
+    };
+    a.select.rules = args::ordered_rules(sub).map_err(|e| {
+        eprintln!("haul: {e}");
+        exit::code(wire::ErrorCode::BadRequest)
+    })?;
+    Ok(())
 }

@@ -151,6 +151,8 @@ impl Reach {
             advice: None,
             known_path: None,
             shard: None,
+            select: wire::Selection::default(),
+            itemize: false,
         })
     }
 
@@ -193,6 +195,7 @@ impl Reach {
             through_ssh: a.through_ssh,
             fast: false,
             link: None,
+            here: false,
         })
     }
 }
@@ -212,9 +215,28 @@ pub struct Dialer {
     /// time their handshakes.
     pub fast: bool,
     link: Option<SshLink>,
+    /// The receiving end is in this process (a copy on one host).
+    here: bool,
 }
 
 impl Dialer {
+    /// Sessions with the receiving end that `local::start` put in this
+    /// process.
+    pub fn here() -> Dialer {
+        Dialer {
+            spec: None,
+            through_ssh: false,
+            fast: false,
+            link: None,
+            here: true,
+        }
+    }
+
+    /// Whether the receiving end is in this process.
+    pub fn is_here(&self) -> bool {
+        self.here
+    }
+
     pub fn connect(&mut self, cfg: ClientConfig) -> Result<Connected, TransferError> {
         match (&self.spec, &self.link) {
             (None, _) => Connected::connect(cfg),
@@ -232,6 +254,7 @@ impl Dialer {
     /// waited for (its exit is a round trip away and says nothing more).
     pub fn finish(self, completed: bool) -> Route {
         match self.link {
+            None if self.here => Route::Local,
             None if self.spec.is_none() => Route::Daemon,
             None => Route::Ssh,
             Some(l) => {

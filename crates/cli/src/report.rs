@@ -291,7 +291,40 @@ pub fn route_name(r: endpoint::Route) -> &'static str {
         endpoint::Route::Daemon => "daemon",
         endpoint::Route::Ssh => "ssh",
         endpoint::Route::SshRelay => "ssh-relay",
+        endpoint::Route::Local => "local",
+        endpoint::Route::InsideStore => "inside-store",
     }
+}
+
+/// What `--itemize-changes` prints (rsync's letters: `>f+++++++++` a new
+/// file, `>f.st......` one whose size and time differed, `*deleting` one
+/// removed; '<' where the files went to another host), or, for `-v`, the
+/// paths sent and `deleting PATH`.
+pub fn itemized(r: &Report, away: bool, preserve: bool, letters: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let y = if away { '<' } else { '>' };
+    for (path, bits) in &r.changed {
+        if !letters {
+            out.push(path.clone());
+            continue;
+        }
+        let flag = |bit: u8, c: char| if bits & bit != 0 { c } else { '.' };
+        let what = match bits & wire::CHANGE_NEW {
+            0 => format!(
+                "{}{}{}......",
+                flag(wire::CHANGE_SUM, 'c'),
+                flag(wire::CHANGE_SIZE, 's'),
+                flag(wire::CHANGE_TIME, if preserve { 't' } else { 'T' }),
+            ),
+            _ => "+++++++++".to_string(),
+        };
+        out.push(format!("{y}f{what} {path}"));
+    }
+    let deleting = if letters { "*deleting   " } else { "deleting " };
+    for d in &r.deleted {
+        out.push(format!("{deleting}{d}"));
+    }
+    out
 }
 
 pub fn json_error(code: i32, message: &str) -> String {
@@ -380,6 +413,15 @@ fn goodput(r: &Report) -> f64 {
 fn summary_text(r: &Report) -> String {
     let secs = r.duration.as_secs_f64().max(1e-9);
     let s = &r.summary;
+    if r.route == endpoint::Route::InsideStore {
+        return format!(
+            "haul: {} file{}, {} in {secs:.2} s: {} copied inside the store, no byte leaving it",
+            s.files,
+            if s.files == 1 { "" } else { "s" },
+            bytes(s.file_bytes),
+            bits_per_sec(goodput(r)),
+        );
+    }
     let goodput = goodput(r);
     let moved = s.file_bytes.saturating_sub(r.resumed);
     // Against the bytes this run moved; a run that moved none has no
@@ -439,7 +481,7 @@ fn summary_text(r: &Report) -> String {
         )
     };
     let route = match r.route {
-        endpoint::Route::Daemon => "",
+        endpoint::Route::Daemon | endpoint::Route::Local | endpoint::Route::InsideStore => "",
         endpoint::Route::Ssh => "\n  remote side started over ssh, data on direct connections",
         endpoint::Route::SshRelay => {
             "\n  remote side started over ssh, data through the ssh channel"

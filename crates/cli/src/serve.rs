@@ -14,6 +14,7 @@ use store::Root;
 use crate::args::{KeygenArgs, ServeArgs};
 use crate::logging::init as init_logging;
 use crate::{exit, home};
+use endpoint::server::log::{say, Level};
 use wire::ErrorCode;
 
 fn listen_addr(text: &str) -> Result<SocketAddr, String> {
@@ -113,9 +114,10 @@ pub fn run(a: ServeArgs) -> i32 {
     if a.stdio {
         return stdio(a);
     }
-    crate::logging::init_daemon(a.common.verbose.max(1));
+    let json = matches!(a.log_format, crate::args::LogFormat::Json);
+    crate::logging::init_daemon(a.common.verbose.max(1), json);
     let fail = |code: i32, msg: String| {
-        eprintln!("haul serve: {msg}");
+        say(Level::Error, "failed", &msg);
         code
     };
     let (root, buckets) = match served(&a) {
@@ -151,14 +153,19 @@ pub fn run(a: ServeArgs) -> i32 {
     if let Ok(l) = &loaded {
         let refused = endpoint::server::admit::option_warnings(&l.keys, &authorized_keys);
         for w in l.warnings.iter().chain(&refused) {
-            eprintln!("haul serve: warning: {w}");
+            say(Level::Warn, "authorized_keys", w);
         }
     }
     match loaded {
-        Ok(l) if !l.keys.is_empty() => eprintln!("haul serve: {} authorized client key(s) in {}", l.keys.len(), authorized_keys.display()),
-        Ok(_) | Err(_) => eprintln!(
-            "haul serve: no client keys in {}: every client will be refused until you add their public keys (`haul keygen` prints one)",
-            authorized_keys.display()
+        Ok(l) if !l.keys.is_empty() => say(
+            Level::Info,
+            "authorized_keys",
+            &format!("{} authorized client key(s) in {}", l.keys.len(), authorized_keys.display()),
+        ),
+        Ok(_) | Err(_) => say(
+            Level::Warn,
+            "authorized_keys",
+            &format!("no client keys in {}: every client will be refused until you add their public keys (`haul keygen` prints one)", authorized_keys.display()),
         ),
     }
     let cache = match open_cache(&a, true) {
@@ -166,21 +173,29 @@ pub fn run(a: ServeArgs) -> i32 {
         Err(e) => return fail(exit::code(e.code()), e.message),
     };
     if let (Some(c), Some(dir)) = (&cache, &a.cache.cache) {
-        eprintln!(
-            "haul serve: chunk cache {}: one per client key, {} MiB in all (at most {} MiB each)",
-            dir.display(),
-            c.bytes() >> 20,
-            a.cache.cache_size >> 20
+        say(
+            Level::Info,
+            "cache",
+            &format!(
+                "chunk cache {}: one per client key, {} MiB in all (at most {} MiB each)",
+                dir.display(),
+                c.bytes() >> 20,
+                a.cache.cache_size >> 20
+            ),
         );
     }
     let tuning = Tuning::auto(a.cc.clone(), Duration::from_secs(a.timeout));
     let limits = net::BufferLimits::read();
     if tuning.force_buffer.is_none() {
-        eprintln!(
-            "haul serve: TCP buffers capped by the OS (wmem_max {} B, tcp_wmem max {} B): about {} MB per stream in flight; clients open more streams to fill long paths",
-            limits.wmem_max,
-            limits.tcp_wmem_max,
-            limits.stream_window(false) >> 20
+        say(
+            Level::Info,
+            "buffers",
+            &format!(
+                "TCP buffers capped by the OS (wmem_max {} B, tcp_wmem max {} B): about {} MB per stream in flight; clients open more streams to fill long paths",
+                limits.wmem_max,
+                limits.tcp_wmem_max,
+                limits.stream_window(false) >> 20
+            ),
         );
     }
     let cfg = ServerConfig {
@@ -211,13 +226,21 @@ pub fn run(a: ServeArgs) -> i32 {
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;
     let res = endpoint::serve(cfg, |addr, page| {
-        eprintln!(
-            "haul serve: listening on {addr}, root {shown_root}, server key {fingerprint}, congestion control {}{}",
-            tuning.cc.as_deref().unwrap_or("system default"),
-            if require_encryption { ", encryption required" } else { "" }
+        say(
+            Level::Info,
+            "listening",
+            &format!(
+                "listening on {addr}, root {shown_root}, server key {fingerprint}, congestion control {}{}",
+                tuning.cc.as_deref().unwrap_or("system default"),
+                if require_encryption { ", encryption required" } else { "" }
+            ),
         );
         if let Some(p) = page {
-            eprintln!("haul serve: metrics on http://{p}/metrics, status page on http://{p}/");
+            say(
+                Level::Info,
+                "metrics",
+                &format!("metrics on http://{p}/metrics, status page on http://{p}/"),
+            );
         }
     });
     match res {
@@ -263,6 +286,18 @@ fn served(a: &ServeArgs) -> Result<Served, TransferError> {
 }
 
 pub fn keygen(a: KeygenArgs) -> i32 {
+    if let Some(dir) = &a.import {
+        return match import_keys(dir) {
+            Ok(done) => {
+                eprintln!("haul keygen: {done}");
+                0
+            }
+            Err(e) => {
+                eprintln!("haul keygen: {e}");
+                exit::code(ErrorCode::Auth)
+            }
+        };
+    }
     let path = a.file.unwrap_or_else(home::identity);
     let kp = Keypair::generate();
     match kp.save(&path, &a.comment.unwrap_or_else(home::comment)) {
@@ -280,6 +315,47 @@ pub fn keygen(a: KeygenArgs) -> i32 {
             1
         }
     }
+}
+
+/// `haul keygen --import DIR`: the key and `known_hosts` of DIR (a
+/// mounted Secret, readable through the group) copied into HAUL_HOME as
+/// this user's own, the key 0600, and the key checked.
+fn import_keys(dir: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let home = home::dir();
+    std::fs::create_dir_all(&home).map_err(|e| format!("cannot make {}: {e}", home.display()))?;
+    let mut copied = Vec::new();
+    for (name, mode, needed) in [
+        ("id_x25519", 0o600, true),
+        ("id_x25519.pub", 0o644, false),
+        ("known_hosts", 0o644, false),
+    ] {
+        let from = dir.join(name);
+        let bytes = match std::fs::read(&from) {
+            Ok(b) => b,
+            Err(e) if !needed && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("cannot read {}: {e}", from.display())),
+        };
+        let to = home.join(name);
+        let _ = std::fs::remove_file(&to);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&to)
+            .map_err(|e| format!("cannot write {}: {e}", to.display()))?;
+        std::io::Write::write_all(&mut f, &bytes)
+            .map_err(|e| format!("cannot write {}: {e}", to.display()))?;
+        copied.push(name);
+    }
+    let key = Keypair::load(&home.join("id_x25519")).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "imported {} from {} into {} (key {})",
+        copied.join(", "),
+        dir.display(),
+        home.display(),
+        key.public.fingerprint()
+    ))
 }
 
 static HANGUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -156,12 +156,14 @@ pub fn run_plan(a: PlanArgs, raw: &[String]) -> i32 {
 /// The arguments of `haul plan` that are `haul cp`'s, for the shards'
 /// command: everything but the plan's own flags and their values.
 fn cp_args(raw: &[String]) -> Vec<String> {
-    const OWN: [&str; 7] = [
+    const OWN: [&str; 9] = [
         "--shards",
         "--emit",
         "--haul",
         "--image",
         "--cpus",
+        "--time",
+        "--memory",
         "--pvc",
         "--key-secret",
     ];
@@ -193,7 +195,31 @@ fn plan(a: &PlanArgs, raw: &[String]) -> Result<String, TransferError> {
             .split_last()
             .ok_or_else(|| usage("need at least one source and a destination"))?;
     let sources: Vec<PathBuf> = srcs.iter().map(PathBuf::from).collect();
-    let walked = store::walk(&sources, a.cp.recursive)?;
+    // The plan is the shards' own: the same walk, the same selection.
+    let walked = match &a.cp.files_from {
+        Some(list) => crate::files_from::walk(list, a.cp.from0, &sources, a.cp.recursive),
+        None => store::walk(&sources, a.cp.recursive).map_err(TransferError::from),
+    };
+    let mut walked = walked.map_err(|e| match e.code {
+        wire::ErrorCode::NotFound => TransferError::new(
+            e.code,
+            format!(
+                "{}; haul plan reads the sources to split them, so run it on a host that sees them as the shards will (the shared or parallel file system)",
+                e.message
+            ),
+        ),
+        _ => e,
+    })?;
+    let select = wire::Selection {
+        rules: a.cp.select.rules.clone(),
+        min_size: a.cp.select.min_size.unwrap_or(0),
+        max_size: a.cp.select.max_size.unwrap_or(u64::MAX),
+        ..Default::default()
+    };
+    let select = transfer::selection(&select)?;
+    if !select.is_all() {
+        walked.retain(&transfer::selected(&select, &walked.entries));
+    }
     let t0 = std::time::Instant::now();
     let plan = plan_of(&a.cp, &walked.entries, a.shards)?;
     tracing::info!(
@@ -222,6 +248,8 @@ fn plan(a: &PlanArgs, raw: &[String]) -> Result<String, TransferError> {
         haul,
         image: a.image.clone(),
         cpus: a.cpus,
+        time: a.time.clone(),
+        memory: a.memory.clone(),
         claims,
         key_secret: a.key_secret.clone(),
     };

@@ -170,11 +170,34 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || get(
-        &addr,
-        "/status.json"
-    )
-    .contains("running-now.bin")));
+    // And a pull beside it: the daemon sends, and knows the total too.
+    write_file(&env.root.join("pulled-now.bin"), &random_bytes(12 << 20, 3));
+    let mut pull = env
+        .cp_cmd(&[
+            "--rate",
+            "16M",
+            &env.remote(&server, "pulled-now.bin"),
+            env.local.join("pulled.bin").to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let both = || {
+        let body = get(&addr, "/status.json");
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else {
+            return false;
+        };
+        let running = v["running"].as_array().cloned().unwrap_or_default();
+        let pull = running.iter().find(|r| r["op"] == "pull");
+        running.iter().any(|r| r["paths"][0] == "running-now.bin")
+            && pull.is_some_and(|p| p["total"] == 12u64 << 20)
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), both),
+        "{}",
+        get(&addr, "/status.json")
+    );
     let profile = env.dir.path().join("chromium");
     let mut c = netem::testing::program("/usr/bin/chromium");
     c.args([
@@ -189,8 +212,10 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
     .stdin(Stdio::null());
     let out = output_within(c, Duration::from_secs(90));
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
-    let _ = push.kill();
-    let _ = push.wait();
+    for c in [&mut push, &mut pull] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     let running = dom
         .split("id=\"running\"")
         .nth(1)
@@ -201,7 +226,9 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
     assert!(
         running.contains("running-now.bin")
             && running.contains("pagetest@lab")
-            && running.contains("Mbit/s"),
+            && running.contains("Mbit/s")
+            && running.contains("pulled-now.bin")
+            && running.contains(" of 12.0 MiB"),
         "the page did not show the transfer: {dom}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -203,4 +203,32 @@ fn each_transfer_is_one_log_line_as_json() {
     assert!(good["wire_bytes"].as_u64().unwrap() > 0);
     assert_eq!(bad["ok"], false);
     assert_eq!(bad["code"], 8);
+
+    // A key the daemon does not know: refused, and said as an event.
+    let stranger = Env::new();
+    fails(
+        &stranger.cp(&[src.to_str().unwrap(), &stranger.remote(&server, "f.bin")]),
+        4,
+    );
+    let refused = || server.log.lock().unwrap().contains("\"event\":\"refused\"");
+    assert!(
+        wait_until(Duration::from_secs(10), refused),
+        "{}",
+        server.log.lock().unwrap()
+    );
+    // Every line on its stderr is one JSON object with an RFC 3339 time,
+    // a level and an event: the daemon's notices, its tracing lines and
+    // each session's line alike, and no colour escapes.
+    let log = server.log.lock().unwrap().clone();
+    assert!(!log.contains('\x1b'), "{log}");
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let t = v["timestamp"].as_str().unwrap_or_default();
+        assert!(
+            t.len() >= 20 && t.ends_with('Z') && &t[10..11] == "T",
+            "{line}"
+        );
+        assert!(v["level"].is_string() && v["event"].is_string(), "{line}");
+    }
 }

@@ -525,3 +525,105 @@ fn shards_read_one_bucket_and_fill_one_destination() {
         );
     }
 }
+
+/// A store behind a private CA: refused without its certificate, reached
+/// with `--ca-bundle` or `AWS_CA_BUNDLE`; and the write options
+/// (`--s3-storage-class`, `--s3-sse`, `--s3-acl`, `--s3-region`, path
+/// style) go with an upload and a copy inside the store without breaking
+/// either (this server keeps none of them; `s3`'s unit tests check each
+/// reaches its request).
+#[test]
+fn a_store_behind_a_private_ca_and_the_write_options() {
+    if !gateway_available("the private-CA s3 test") {
+        return;
+    }
+    let env = Env::new();
+    let gw = Gateway::start_tls(env.dir.path(), &["bkt"]);
+    let ca = gw.ca.clone().unwrap();
+    let src = env.local.join("f.bin");
+    let data = random_bytes((6 << 20) + 5, 3);
+    write_file(&src, &data);
+    let s = src.to_str().unwrap();
+    let out = cp(&env, &gw, &[s, "s3://bkt/refused"]);
+    assert!(!out.status.success(), "an unknown CA was trusted");
+    assert!(!gw.object("bkt", "refused").exists());
+    let opts = [
+        "--s3-storage-class",
+        "STANDARD_IA",
+        "--s3-sse",
+        "AES256",
+        "--s3-acl",
+        "bucket-owner-full-control",
+        "--s3-region",
+        "us-east-1",
+        "--s3-force-path-style",
+        "--s3-part-size",
+        "5M",
+    ];
+    let ca_arg = ["--ca-bundle", ca.to_str().unwrap()];
+    ok(&cp(
+        &env,
+        &gw,
+        &[&opts[..], &ca_arg, &[s, "s3://bkt/a"]].concat(),
+    ));
+    assert!(fs::read(gw.object("bkt", "a")).unwrap() == data);
+    let mut c = env.cp_cmd(&[s, "s3://bkt/b"]);
+    gw.env(&mut c).env("AWS_CA_BUNDLE", &ca);
+    ok(&output_within(c, CP_LIMIT));
+    assert!(fs::read(gw.object("bkt", "b")).unwrap() == data);
+    let copied = cp(
+        &env,
+        &gw,
+        &[&opts[..], &ca_arg, &["--json", "s3://bkt/a", "s3://bkt/c"]].concat(),
+    );
+    ok(&copied);
+    assert_eq!(json(&copied)["route"], "inside-store");
+    assert!(fs::read(gw.object("bkt", "c")).unwrap() == data);
+    // The region goes into each request's signature: this server, in
+    // us-east-1, refuses another by name.
+    let other = cp(
+        &env,
+        &gw,
+        &[&ca_arg[..], &["--s3-region", "eu-west-1", s, "s3://bkt/e"]].concat(),
+    );
+    assert_eq!(other.status.code(), Some(16));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("eu-west-1"));
+    // A value S3 does not take is refused before anything is sent.
+    let bad = cp(&env, &gw, &["--s3-acl", "everyone", s, "s3://bkt/d"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+/// A write-only key on a daemon that serves a bucket: a drop box there
+/// too, new keys taken, an existing one never replaced (issue 41).
+#[test]
+fn a_write_only_key_adds_objects_and_replaces_none() {
+    if !gateway_available("the s3 drop-box test") {
+        return;
+    }
+    let env = Env::new();
+    let gw = Gateway::start(env.dir.path(), &["bkt"]);
+    let keys = env.server_home.join("authorized_keys");
+    let line = fs::read_to_string(&keys).unwrap();
+    fs::write(&keys, format!("write-only {line}")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut serve = std::process::Command::new(HAUL);
+    serve
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--root", "s3://bkt/drop"])
+        .env("HAUL_HOME", &env.server_home);
+    gw.env(&mut serve);
+    let _server = common::emu::start_listening(serve);
+    let first = env.local.join("first.bin");
+    write_file(&first, &random_bytes(300_000, 8));
+    let second = env.local.join("second.bin");
+    write_file(&second, &random_bytes(200_000, 9));
+    let at = format!("127.0.0.1:{port}:f.bin");
+    ok(&cp(&env, &gw, &[first.to_str().unwrap(), &at]));
+    let err = fails(&cp(&env, &gw, &[second.to_str().unwrap(), &at]), 7);
+    assert!(err.contains("only takes new objects"), "{err}");
+    assert!(fs::read(gw.object("bkt", "drop/f.bin")).unwrap() == random_bytes(300_000, 8));
+}

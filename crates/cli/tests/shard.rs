@@ -267,14 +267,41 @@ fn an_emitted_kubernetes_job_is_a_typed_indexed_job_whose_pods_move_the_tree() {
     let c = &pod.containers[0];
     assert_eq!(c.image.as_deref(), Some("example/haul:1"));
     let volumes = pod.volumes.as_ref().unwrap();
+    let claim = volumes
+        .iter()
+        .find_map(|v| v.persistent_volume_claim.as_ref());
+    assert_eq!(claim.unwrap().claim_name, "data");
+    // Requests and limits, one shard per node where there are several,
+    // not as root, nothing written outside the volumes.
+    let res = c.resources.as_ref().unwrap();
+    for r in [res.requests.as_ref().unwrap(), res.limits.as_ref().unwrap()] {
+        assert_eq!(r["cpu"].0, "1");
+        assert_eq!(r["memory"].0, "1Gi");
+    }
+    let spread = &pod.topology_spread_constraints.as_ref().unwrap()[0];
+    assert_eq!(spread.topology_key, "kubernetes.io/hostname");
+    let sec = pod.security_context.as_ref().unwrap();
     assert_eq!(
-        volumes[0]
-            .persistent_volume_claim
+        (sec.run_as_non_root, sec.run_as_user, sec.fs_group),
+        (Some(true), Some(65532), Some(65532))
+    );
+    assert_eq!(
+        c.security_context
             .as_ref()
             .unwrap()
-            .claim_name,
-        "data"
+            .read_only_root_filesystem,
+        Some(true)
     );
+    // HAUL_HOME is writable (an emptyDir); the Secret's key is copied in
+    // with haul's modes by an init container before the shard starts.
+    assert!(volumes
+        .iter()
+        .any(|v| v.name == "haul-home" && v.empty_dir.is_some()));
+    let secret = volumes.iter().find_map(|v| v.secret.as_ref()).unwrap();
+    assert_eq!(secret.default_mode, Some(0o440));
+    let init = &pod.init_containers.as_ref().unwrap()[0];
+    let import = init.command.clone().unwrap();
+    assert_eq!(import, ["haul", "keygen", "--import", "/haul-keys"]);
     let cmd = c.command.as_ref().unwrap();
     assert_eq!(&cmd[..4], ["haul", "cp", "--shard", "auto"]);
     let env_vars: Vec<(String, String)> = c
@@ -285,19 +312,101 @@ fn an_emitted_kubernetes_job_is_a_typed_indexed_job_whose_pods_move_the_tree() {
         .filter(|e| e.name != "HAUL_HOME")
         .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
         .collect();
+    // The Secret as the pods see it: the key and the destination's pinned
+    // key, readable by the pods' group only (0440).
+    ok(&env.cp(&[
+        src.join("sub/f00").to_str().unwrap(),
+        &env.remote(&server, "pin"),
+    ]));
+    let keys = env.dir.path().join("secret");
+    fs::create_dir(&keys).unwrap();
+    for f in ["id_x25519", "id_x25519.pub", "known_hosts"] {
+        fs::copy(env.home.join(f), keys.join(f)).unwrap();
+    }
+    let pods = Pods::new(&env, &keys);
+    ok(&pods.run(&import[1..], None));
     // Each index as Kubernetes would run it: the container's command with
-    // JOB_COMPLETION_INDEX set, here as local processes.
+    // JOB_COMPLETION_INDEX set, here as local processes (as the pods'
+    // non-root user where the test runs as root).
     for i in 0..3 {
-        let out = std::process::Command::new(HAUL)
-            .args(&cmd[1..])
-            .envs(env_vars.iter().map(|(k, v)| (k, v)))
-            .env("JOB_COMPLETION_INDEX", i.to_string())
-            .env("HAUL_HOME", &env.home)
-            .output()
-            .unwrap();
+        let out = pods.run(&cmd[1..], Some((&env_vars, i)));
         ok(&out);
     }
     same_but_ledger(&src, &env.root.join("dst"));
+}
+
+/// Local stand-ins for a Job's pods: `HAUL_HOME` an empty directory of
+/// their user, the Secret's files readable through their group, and, run
+/// as root, that user (65532) rather than root.
+struct Pods {
+    home: std::path::PathBuf,
+    keys: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    as_user: bool,
+}
+
+impl Pods {
+    fn new(env: &Env, keys: &Path) -> Pods {
+        use std::os::unix::fs::PermissionsExt;
+        let home = env.dir.path().join("pod-home");
+        fs::create_dir(&home).unwrap();
+        let as_user = unsafe { libc::geteuid() } == 0;
+        let mut bin = std::path::PathBuf::from(HAUL);
+        for f in fs::read_dir(keys).unwrap() {
+            fs::set_permissions(f.unwrap().path(), fs::Permissions::from_mode(0o440)).unwrap();
+        }
+        if as_user {
+            let chown = |spec: &str, p: &Path| {
+                let st = netem::testing::program("chown")
+                    .arg(spec)
+                    .arg(p)
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            };
+            for f in fs::read_dir(keys).unwrap() {
+                chown("0:65532", &f.unwrap().path());
+            }
+            chown("65532:65532", &home);
+            // The checkout may sit where that user cannot reach (/root).
+            bin = env.dir.path().join("haul");
+            fs::copy(HAUL, &bin).unwrap();
+            fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+            for d in [env.dir.path(), &env.local, keys] {
+                fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        Pods {
+            home,
+            keys: keys.to_path_buf(),
+            bin,
+            as_user,
+        }
+    }
+
+    /// `args` as the pod runs them, the Secret's path ours; with an index
+    /// for a shard.
+    fn run(&self, args: &[String], shard: Option<(&Vec<(String, String)>, u32)>) -> Output {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("/haul-keys", self.keys.to_str().unwrap()))
+            .collect();
+        let mut c = match self.as_user {
+            true => {
+                let mut c = netem::testing::program("setpriv");
+                c.args(["--reuid=65532", "--regid=65532", "--clear-groups"])
+                    .arg(&self.bin);
+                c
+            }
+            false => netem::testing::program(self.bin.to_str().unwrap()),
+        };
+        c.args(&args).env("HAUL_HOME", &self.home);
+        if let Some((vars, i)) = shard {
+            c.envs(vars.iter().map(|(k, v)| (k, v)))
+                .env("JOB_COMPLETION_INDEX", i.to_string());
+        }
+        c.output().unwrap()
+    }
 }
 
 #[test]
@@ -313,7 +422,10 @@ fn a_slurm_job_array_from_haul_plan_moves_the_tree() {
     let s = format!("{}/", src.display());
     let d = env.remote(&server, "dst/");
     let out = std::process::Command::new(HAUL)
-        .args(["plan", "--shards", "4", "--emit", "slurm", "--cpus", "1"])
+        // No --cpus: each task takes the node (here one of 2 CPUs) whole.
+        .args([
+            "plan", "--shards", "4", "--emit", "slurm", "--time", "10:00",
+        ])
         .args(["-r", "-p", "--block-size", "1M", &s, &d])
         .output()
         .unwrap();
@@ -322,6 +434,12 @@ fn a_slurm_job_array_from_haul_plan_moves_the_tree() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("#SBATCH --exclusive") && text.contains("#SBATCH --time=10:00"),
+        "{text}"
+    );
+    assert!(!text.contains("--cpus-per-task"), "{text}");
     let script = env.dir.path().join("run.sbatch");
     fs::write(&script, &out.stdout).unwrap();
     let jobs = env.dir.path().join("jobs");

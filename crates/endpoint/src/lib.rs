@@ -20,7 +20,7 @@ pub use client::{
     Advice, ClientConfig, Connected, KnownPath, ProbeRun, Report, Route, ServerTrust, Transport,
     UdpReport,
 };
-pub use server::{serve, ClientKeys, ServerConfig, TransferLog};
+pub use server::{map_large_buffers, serve, ClientKeys, ServerConfig, TransferLog};
 
 /// Default TCP port of `haul serve`.
 pub const DEFAULT_PORT: u16 = 7050;

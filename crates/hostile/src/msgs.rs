@@ -30,6 +30,8 @@ pub fn push(dest: &str) -> Request {
         sync: SyncOptions::default(),
         basis: String::new(),
         shard: None,
+        select: wire::Selection::default(),
+        itemize: false,
     }
 }
 

@@ -165,4 +165,14 @@ pub trait Objects: Send + Sync + 'static {
 
     /// Removes one object; a missing one is not an error.
     fn delete<'a>(&'a self, url: &'a ObjectUrl) -> Fut<'a, ()>;
+
+    /// Copies the version `from` names to `to` inside the store (a
+    /// server-side copy), its metadata with it; another version fails
+    /// with [`crate::changed`]. `false`: this store does not copy this
+    /// object so (none offered, or too large for one call), and the
+    /// bytes must travel.
+    fn copy<'a>(&'a self, from: &'a ObjectInfo, to: &'a ObjectUrl) -> Fut<'a, bool> {
+        let _ = (from, to);
+        Box::pin(async { Ok(false) })
+    }
 }

@@ -13,9 +13,11 @@
 //! - [`upload`]: one object written in parts, in parallel.
 //! - [`resume`]: the journal an interrupted upload leaves to resume from.
 //! - [`sink`]: a bucket as the receiver's block sink.
+//! - [`copy`](mod@copy): copies inside one store, no byte leaving it.
 //! - [`http`]: what the stores spoken to over plain HTTP share.
 
 pub mod api;
+pub mod copy;
 pub mod http;
 pub mod list;
 pub mod read;
@@ -26,7 +28,8 @@ pub mod store;
 pub mod upload;
 pub mod url;
 
-pub use api::{Fut, Limits, ObjectInfo, Objects, Page, Part};
+pub use api::{Fut, Limits, ObjectInfo, Objects, Page, Part, S3_LIMITS};
+pub use copy::{copy_listed, Copied};
 pub use list::{list, Listed};
 pub use sink::ObjectSink;
 pub use source::ObjectSource;

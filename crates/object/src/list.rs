@@ -30,6 +30,19 @@ pub struct Listed {
 }
 
 impl Listed {
+    /// Keeps the entries `keep` says (one verdict an entry, in order),
+    /// numbered again from 0.
+    pub fn retain(&mut self, keep: &[bool]) {
+        let mut objects = Vec::new();
+        let old = std::mem::take(&mut self.entries);
+        for (mut e, _) in old.into_iter().zip(keep).filter(|(_, k)| **k) {
+            objects.push(self.objects.get(e.id as usize).cloned().flatten());
+            e.id = self.entries.len() as u32;
+            self.entries.push(e);
+        }
+        self.objects = objects;
+    }
+
     pub fn file_bytes(&self) -> u64 {
         self.objects.iter().flatten().map(|o| o.size).sum()
     }

@@ -28,6 +28,9 @@ pub struct ObjectSink {
     base: ObjectUrl,
     placement: Placement,
     uploads: Mutex<HashMap<u32, Arc<Upload>>>,
+    /// Only new keys (a write-only key's drop box): one that exists is
+    /// refused, before its upload starts and again before it completes.
+    adding_only: bool,
 }
 
 impl ObjectSink {
@@ -53,7 +56,25 @@ impl ObjectSink {
             base,
             placement,
             uploads: Mutex::new(HashMap::new()),
+            adding_only: false,
         })
+    }
+
+    /// Takes only keys that do not exist yet (`write-only` keys).
+    pub fn adding_only(mut self) -> ObjectSink {
+        self.adding_only = true;
+        self
+    }
+
+    /// Refuses `url` where only new keys are taken and it exists.
+    fn check_new(&self, url: &ObjectUrl) -> Result<(), StoreError> {
+        if self.adding_only && head(&self.store, url)?.is_some() {
+            return Err(StoreError::new(
+                StoreErrorKind::Permission,
+                format!("{url} is there already, and this destination only takes new objects (a drop box): push it under another name"),
+            ));
+        }
+        Ok(())
     }
 
     /// The key manifest path `rel` is written to; `None` for the
@@ -94,7 +115,7 @@ impl ObjectSink {
         Ok(Some(key))
     }
 
-    fn url_of(&self, rel: &[u8]) -> Result<Option<ObjectUrl>, StoreError> {
+    pub(crate) fn url_of(&self, rel: &[u8]) -> Result<Option<ObjectUrl>, StoreError> {
         Ok(self.key_of(rel)?.map(|k| self.base.at(k)))
     }
 
@@ -176,6 +197,7 @@ impl BlockSink for ObjectSink {
                 format!("{}: a file needs a key, not the whole bucket", self.base),
             )
         })?;
+        self.check_new(&url)?;
         // The source's modification time always travels: a store sets
         // its own last-modified time, and `sync` compares with this.
         let metadata = vec![(
@@ -226,6 +248,8 @@ impl BlockSink for ObjectSink {
         for v in batch {
             let up = self.upload(v.id)?;
             up.settle()?;
+            // Another client's object may have come meanwhile.
+            self.check_new(&up.url)?;
             ups.push(up);
         }
         // All of the batch at once: small files are many PUTs.
@@ -319,6 +343,8 @@ impl BlockSink for ObjectSink {
                 out.push(Extraneous {
                     place: child.as_bytes().to_vec(),
                     shown: shown.as_bytes().to_vec(),
+                    dir: child.ends_with('/'),
+                    file: None,
                 });
             }
         }

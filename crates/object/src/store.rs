@@ -17,6 +17,12 @@ use crate::url::ObjectUrl;
 /// connection keeps up with a 10 Gbit/s path.
 pub const PARALLEL: usize = 16;
 
+/// Bytes of parts an upload keeps in flight at once, in MiB: eight parts
+/// of the default 8 MiB. The memory a client holds for uploads (issue
+/// 41: 435 MB where rclone held 94 for a 1 GiB upload); at 100 ms to the
+/// store it still moves 5 Gbit/s.
+pub const UPLOAD_MIB: u32 = 32;
+
 /// What every store takes from the command line besides its credentials.
 #[derive(Debug, Clone, Default)]
 pub struct Tuning {
@@ -35,6 +41,11 @@ pub struct Store {
     pub endpoint: String,
     /// At most this many part uploads or range downloads at once.
     pub(crate) slots: Arc<tokio::sync::Semaphore>,
+    /// MiB of parts in flight, at most [`UPLOAD_MIB`].
+    pub(crate) upload_mib: Arc<tokio::sync::Semaphore>,
+    /// Part buffers an upload gave back, for the next part: filled again
+    /// instead of allocated (and paged in) anew.
+    pub(crate) spare: std::sync::Mutex<Vec<Vec<u8>>>,
     pub(crate) part: Option<u64>,
     pub(crate) journals: Option<PathBuf>,
 }
@@ -64,9 +75,33 @@ impl Store {
             endpoint: api.endpoint().to_string(),
             api,
             slots: Arc::new(tokio::sync::Semaphore::new(PARALLEL)),
+            upload_mib: Arc::new(tokio::sync::Semaphore::new(UPLOAD_MIB as usize)),
+            spare: std::sync::Mutex::new(Vec::new()),
             part: tuning.part_size,
             journals: tuning.journals.clone(),
         })
+    }
+
+    /// A zeroed buffer of `len` bytes for a part: a spare one if any.
+    pub(crate) fn part_buffer(&self, len: usize) -> Vec<u8> {
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match spare {
+            Some(mut b) => {
+                b.clear();
+                b.resize(len, 0);
+                b
+            }
+            None => vec![0u8; len],
+        }
+    }
+
+    /// Keeps `buf` for a later part; a few at most, as many as may be in
+    /// flight.
+    pub(crate) fn give_back(&self, buf: Vec<u8>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < 2 {
+            spare.push(buf);
+        }
     }
 
     pub fn limits(&self) -> Limits {

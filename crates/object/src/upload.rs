@@ -314,7 +314,7 @@ impl Upload {
                 let (buf, filled) = st
                     .filling
                     .entry(i as u32)
-                    .or_insert_with(|| (vec![0u8; part_len as usize], 0));
+                    .or_insert_with(|| (self.store.part_buffer(part_len as usize), 0));
                 if let Some(d) = data {
                     buf[within..within + n as usize]
                         .copy_from_slice(&d[done as usize..(done + n) as usize]);
@@ -382,9 +382,11 @@ impl Upload {
 
     fn send_part(self: &Arc<Self>, index: u32, buf: Vec<u8>) -> Result<(), StoreError> {
         let id = self.upload_id()?;
+        // Its MiB of the bytes in flight (crate::store::UPLOAD_MIB).
+        let mib = (buf.len().div_ceil(1 << 20) as u32).clamp(1, crate::store::UPLOAD_MIB);
         let permit = self
             .store
-            .block_on(self.store.slots.clone().acquire_owned())
+            .block_on(self.store.upload_mib.clone().acquire_many_owned(mib))
             .map_err(|_| {
                 StoreError::new(StoreErrorKind::Other, "the object-store client stopped")
             })?;
@@ -392,12 +394,18 @@ impl Upload {
         let me = self.clone();
         let number = index + 1;
         self.store.spawn(async move {
+            let body = Bytes::from(buf);
             let r = me
                 .store
                 .api
-                .put_part(&me.url, &id, number, Bytes::from(buf))
+                .put_part(&me.url, &id, number, body.clone())
                 .await;
             drop(permit);
+            // The store's client is done with it: the buffer fills the
+            // next part.
+            if let Ok(b) = body.try_into_mut() {
+                me.store.give_back(b.into());
+            }
             let mut st = me.lock();
             st.running -= 1;
             match r {

@@ -76,6 +76,9 @@ pub struct Progress {
     pub listed_bytes: AtomicU64,
     /// `--delete`: paths removed (or that would be, in a dry run).
     pub deleted: std::sync::Mutex<Vec<String>>,
+    /// `--itemize-changes` (P-44): each file received and how it differed
+    /// from what was in place (`wire::CHANGE_*` bits).
+    pub changed: std::sync::Mutex<Vec<(String, u8)>>,
     /// Paths deleted past those listed (a sender keeps a bounded list).
     pub deleted_more: AtomicU64,
     /// What the receiver noted about files (P-41): why a partial could

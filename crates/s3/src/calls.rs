@@ -16,6 +16,39 @@ use object::{Fut, ObjectInfo, ObjectUrl, Objects, Page, Part};
 use store::{StoreError, StoreErrorKind};
 
 use crate::client::S3;
+
+/// A write request (PutObject, CreateMultipartUpload, CopyObject) with
+/// what every object written carries: `--s3-storage-class`, `--s3-sse`,
+/// `--s3-sse-kms-key-id`, `--s3-acl`. One macro, as each request is a
+/// builder of its own type with the same methods.
+macro_rules! written {
+    ($req:expr, $w:expr) => {{
+        use aws_sdk_s3::types::{ObjectCannedAcl, ServerSideEncryption, StorageClass};
+        let w: &crate::client::WriteOptions = $w;
+        let mut r = $req;
+        if let Some(c) = &w.storage_class {
+            r = r.storage_class(StorageClass::from(c.as_str()));
+        }
+        if let Some(e) = &w.sse {
+            r = r.server_side_encryption(ServerSideEncryption::from(e.as_str()));
+        }
+        if let Some(k) = &w.kms_key_id {
+            r = r.ssekms_key_id(k);
+        }
+        if let Some(a) = &w.acl {
+            r = r.acl(ObjectCannedAcl::from(a.as_str()));
+        }
+        r
+    }};
+}
+
+/// What a copy source's key escapes: all but unreserved characters and '/'.
+const COPY_SOURCE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
 use crate::error::from_sdk;
 
 /// The metadata name rclone keeps a file's modification time under on
@@ -181,9 +214,7 @@ impl Objects for S3 {
         metadata: &'a [(String, String)],
     ) -> Fut<'a, ()> {
         Box::pin(async move {
-            let mut req = self
-                .client
-                .put_object()
+            let mut req = written!(self.client.put_object(), &self.write)
                 .bucket(&url.bucket)
                 .key(&url.key)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C)
@@ -206,9 +237,7 @@ impl Objects for S3 {
         metadata: &'a [(String, String)],
     ) -> Fut<'a, String> {
         Box::pin(async move {
-            let mut req = self
-                .client
-                .create_multipart_upload()
+            let mut req = written!(self.client.create_multipart_upload(), &self.write)
                 .bucket(&url.bucket)
                 .key(&url.key)
                 .checksum_algorithm(ChecksumAlgorithm::Crc32C);
@@ -354,6 +383,34 @@ impl Objects for S3 {
         })
     }
 
+    /// CopyObject, bound to the listed version by its ETag; up to 5 GiB,
+    /// S3's limit for one copy.
+    fn copy<'a>(&'a self, from: &'a ObjectInfo, to: &'a ObjectUrl) -> Fut<'a, bool> {
+        Box::pin(async move {
+            if from.size > object::S3_LIMITS.max_part {
+                return Ok(false);
+            }
+            let source = format!(
+                "{}/{}",
+                from.url.bucket,
+                percent_encoding::utf8_percent_encode(&from.url.key, COPY_SOURCE)
+            );
+            let mut req = written!(self.client.copy_object(), &self.write)
+                .bucket(&to.bucket)
+                .key(&to.key)
+                .copy_source(source)
+                .metadata_directive(aws_sdk_s3::types::MetadataDirective::Copy);
+            if let Some(tag) = &from.version {
+                req = req.copy_source_if_match(tag);
+            }
+            match req.send().await {
+                Ok(_) => Ok(true),
+                Err(e) if e.raw_response_status() == Some(412) => Err(object::changed(&from.url)),
+                Err(e) => Err(from_sdk(e, "copy", to, &self.endpoint)),
+            }
+        })
+    }
+
     fn delete<'a>(&'a self, url: &'a ObjectUrl) -> Fut<'a, ()> {
         Box::pin(async move {
             self.client
@@ -365,5 +422,50 @@ impl Objects for S3 {
                 .map_err(|e| from_sdk(e, "delete", url, &self.endpoint))?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod write_tests {
+    use aws_sdk_s3::types::{ObjectCannedAcl, ServerSideEncryption, StorageClass};
+
+    /// Each write option reaches the requests that write an object.
+    #[test]
+    fn write_options_reach_every_writing_request() {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .build();
+        let client = aws_sdk_s3::Client::from_conf(conf);
+        let w = crate::client::WriteOptions {
+            storage_class: Some("GLACIER_IR".into()),
+            sse: Some("aws:kms".into()),
+            kms_key_id: Some("alias/data".into()),
+            acl: Some("bucket-owner-full-control".into()),
+        };
+        let put = written!(client.put_object(), &w);
+        assert_eq!(put.get_storage_class(), &Some(StorageClass::GlacierIr));
+        assert_eq!(
+            put.get_server_side_encryption(),
+            &Some(ServerSideEncryption::AwsKms)
+        );
+        assert_eq!(put.get_ssekms_key_id().as_deref(), Some("alias/data"));
+        assert_eq!(
+            put.get_acl(),
+            &Some(ObjectCannedAcl::BucketOwnerFullControl)
+        );
+        let begin = written!(client.create_multipart_upload(), &w);
+        assert_eq!(begin.get_storage_class(), &Some(StorageClass::GlacierIr));
+        assert_eq!(
+            begin.get_acl(),
+            &Some(ObjectCannedAcl::BucketOwnerFullControl)
+        );
+        let copy = written!(client.copy_object(), &w);
+        assert_eq!(
+            copy.get_server_side_encryption(),
+            &Some(ServerSideEncryption::AwsKms)
+        );
+        let none = written!(client.put_object(), &crate::client::WriteOptions::default());
+        assert_eq!(none.get_storage_class(), &None);
     }
 }

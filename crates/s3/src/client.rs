@@ -21,8 +21,34 @@ pub struct S3Options {
     /// A profile of `~/.aws/config` and `credentials` (`--profile`).
     pub profile: Option<String>,
     /// An S3-compatible endpoint (`--s3-endpoint`; `AWS_ENDPOINT_URL`
-    /// otherwise). Addressing is then path-style, which such stores need.
+    /// otherwise). Addressing is then path-style, which such stores need,
+    /// unless `addressing` says otherwise.
     pub endpoint: Option<String>,
+    /// `--s3-region`, before the environment's and the profile's.
+    pub region: Option<String>,
+    /// `--s3-force-path-style` (`Some(true)`) or `--s3-virtual-host`
+    /// (`Some(false)`); `None`: path-style for a custom endpoint only.
+    pub path_style: Option<bool>,
+    /// `--ca-bundle`, else `AWS_CA_BUNDLE`: PEM certificates trusted
+    /// beside the system's (a store behind a private CA).
+    pub ca_bundle: Option<std::path::PathBuf>,
+    /// What every object written carries.
+    pub write: WriteOptions,
+}
+
+/// What every object haul writes to S3 carries: a storage class,
+/// server-side encryption, a canned ACL (the store's names, checked by
+/// the command line).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// `--s3-storage-class`: STANDARD, STANDARD_IA, GLACIER_IR, ...
+    pub storage_class: Option<String>,
+    /// `--s3-sse`: `AES256` (SSE-S3) or `aws:kms` (SSE-KMS).
+    pub sse: Option<String>,
+    /// `--s3-sse-kms-key-id`: the KMS key of SSE-KMS.
+    pub kms_key_id: Option<String>,
+    /// `--s3-acl`: private, bucket-owner-full-control, ...
+    pub acl: Option<String>,
 }
 
 /// The SDK's client, and what haul's calls need beside it.
@@ -36,6 +62,8 @@ pub struct S3 {
     /// haul's own hashing); its CRC32C still goes with it. Over plain
     /// HTTP the payload stays signed.
     pub(crate) tls: bool,
+    /// What every object written carries.
+    pub(crate) write: WriteOptions,
 }
 
 /// Builds a client from `opts` and the environment. Nothing is asked of
@@ -65,11 +93,15 @@ pub fn connect(opts: &S3Options, tuning: &Tuning) -> Result<Arc<Store>, StoreErr
     if let Some(p) = &opts.profile {
         profile_region = profile_region.profile_name(p);
     }
+    let named = opts.region.clone().map(aws_config::Region::new);
     let region = match &endpoint {
-        Some(_) => RegionProviderChain::first_try(EnvironmentVariableRegionProvider::new())
+        Some(_) => RegionProviderChain::first_try(named)
+            .or_else(EnvironmentVariableRegionProvider::new())
             .or_else(profile_region.build())
             .or_else("us-east-1"),
-        None => RegionProviderChain::default_provider().or_else("us-east-1"),
+        None => RegionProviderChain::first_try(named)
+            .or_default_provider()
+            .or_else("us-east-1"),
     };
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(region)
@@ -80,19 +112,63 @@ pub fn connect(opts: &S3Options, tuning: &Tuning) -> Result<Arc<Store>, StoreErr
     if let Some(e) = &endpoint {
         loader = loader.endpoint_url(e);
     }
+    if let Some(http) = trusting(opts)? {
+        loader = loader.http_client(http);
+    }
     let conf = rt.block_on(loader.load());
     let s3 = aws_sdk_s3::config::Builder::from(&conf)
-        .force_path_style(endpoint.is_some())
+        .force_path_style(opts.path_style.unwrap_or(endpoint.is_some()))
         .build();
     let tls = endpoint
         .as_deref()
         .is_none_or(|e| e.starts_with("https://"));
     let api = S3 {
+        write: opts.write.clone(),
         tls,
         client: Client::from_conf(s3),
         endpoint: endpoint.unwrap_or_else(|| "AWS S3".into()),
     };
     Ok(Store::new(rt, Arc::new(api), tuning))
+}
+
+/// An HTTPS client that trusts the certificates of `--ca-bundle` (else
+/// `AWS_CA_BUNDLE`, which the other AWS SDKs and the CLI read) beside the
+/// system's; `None` where neither names a file.
+fn trusting(opts: &S3Options) -> Result<Option<aws_sdk_s3::config::SharedHttpClient>, StoreError> {
+    use aws_smithy_http_client::tls;
+    let Some(path) = opts.ca_bundle.clone().or_else(|| {
+        std::env::var_os("AWS_CA_BUNDLE")
+            .filter(|v| !v.is_empty())
+            .map(Into::into)
+    }) else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(&path).map_err(|e| StoreError::io("read the CA bundle", &path, &e))?;
+    if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+        return Err(StoreError::new(
+            StoreErrorKind::BadRequest,
+            format!("{}: no PEM certificate in it (-----BEGIN CERTIFICATE-----); name a CA bundle in PEM", path.display()),
+        ));
+    }
+    let trust = tls::TrustStore::empty()
+        .with_native_roots(true)
+        .with_pem_certificate(pem);
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https();
+    Ok(Some(http))
 }
 
 /// The AWS files, as the SDK finds them: `AWS_CONFIG_FILE` and

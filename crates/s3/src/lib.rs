@@ -13,5 +13,5 @@ pub mod client;
 pub mod error;
 pub mod url;
 
-pub use client::{connect, S3Options};
+pub use client::{connect, S3Options, WriteOptions};
 pub use url::{is_s3, parse, SCHEME};

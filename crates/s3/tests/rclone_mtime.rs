@@ -66,6 +66,7 @@ fn rclones_mtime_is_read_and_written_beside_hauls() {
     let opts = s3::S3Options {
         profile: None,
         endpoint: Some(format!("http://127.0.0.1:{port}")),
+        ..Default::default()
     };
     let store = s3::connect(&opts, &Tuning::default()).unwrap();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -430,6 +430,16 @@ impl ReceiverSession {
         }
     }
 
+    /// Before `file`'s answer, for the sender's `--itemize-changes`: how
+    /// it differs from what was in place (`wire::CHANGE_*` bits, P-44).
+    pub fn changed(&mut self, file: u32, bits: u8) {
+        if let Some(Msg::Changes(list)) = self.outbox.back_mut() {
+            list.push((file, bits));
+        } else {
+            self.outbox.push_back(Msg::Changes(vec![(file, bits)]));
+        }
+    }
+
     /// Before `file`'s answer: blocks its partial already holds, verified
     /// against its journal, with their hashes (P-35). The sender keeps
     /// those whose hash it shares, and says so with `Kept`.

@@ -157,6 +157,11 @@ pub struct SenderSession {
     dry_run: bool,
     /// Paths a dry run would send.
     pub listed: Vec<String>,
+    /// `--itemize-changes` (P-44): take the receiver's `Changes`.
+    pub itemize: bool,
+    /// How each file the receiver took differs from what was in place:
+    /// its path and `wire::CHANGE_*` bits, at most one a file.
+    pub changed: Vec<(String, u8)>,
     pub listed_bytes: u64,
     /// Paths the receiver's `--delete` removed (or would): the first
     /// [`DELETED_KEPT`] (at most [`DELETED_KEPT_BYTES`]), and how many
@@ -258,6 +263,8 @@ impl SenderSession {
             skipped_bytes: 0,
             dry_run: false,
             listed: Vec::new(),
+            itemize: false,
+            changed: Vec::new(),
             listed_bytes: 0,
             deleted: Vec::new(),
             deleted_more: 0,
@@ -732,6 +739,18 @@ impl SenderSession {
                         self.known.remove(&file);
                         self.sched.release(file);
                     }
+                }
+            }
+            Msg::Changes(list) if self.itemize => {
+                for (file, bits) in list {
+                    let f = self.files.get(&file).ok_or_else(|| {
+                        SenderError::Protocol(format!("changes of unknown file {file}"))
+                    })?;
+                    // One a file, at most: the list is bounded by the manifest.
+                    if self.changed.len() >= self.files.len() {
+                        return Err(SenderError::Protocol("more changes than files".into()));
+                    }
+                    self.changed.push((f.path.clone(), bits));
                 }
             }
             Msg::Skip(list) if self.gated => {

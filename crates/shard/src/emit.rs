@@ -16,8 +16,14 @@ pub struct JobOptions {
     pub haul: String,
     /// The container image with haul in it (Kubernetes).
     pub image: String,
-    /// CPUs each shard asks for.
-    pub cpus: u32,
+    /// CPUs each shard asks for; `None`: a whole node each (Slurm's
+    /// `--exclusive`: all its cores, one shard per node), one CPU's
+    /// request in Kubernetes.
+    pub cpus: Option<u32>,
+    /// The longest a shard may run (Slurm's `--time`, `[D-]HH:MM:SS`).
+    pub time: Option<String>,
+    /// Memory each pod asks for and may use (Kubernetes quantity).
+    pub memory: String,
     /// Volumes for the Kubernetes pods: `(claim, mount path)` of a
     /// PersistentVolumeClaim each.
     pub claims: Vec<(String, String)>,
@@ -103,10 +109,20 @@ fn shard_command(haul: &str, cp_args: &[String]) -> Vec<String> {
 
 /// A Slurm batch script: an array of one task per shard, each running
 /// one haul with its share, logs per task, for `sbatch` (and `sbatch
-/// --wait`, whose exit status is then the worst task's).
+/// --wait`, whose exit status is then the worst task's). Without
+/// `--cpus` each task takes a node of its own (`--exclusive`): whatever
+/// cores it has, and one shard per node where the cluster has several.
 pub fn slurm(plan: &Plan, cp_args: &[String], opts: &JobOptions) -> String {
     let id = short_id(&plan.id);
     let cmd = quote(&shard_command(&opts.haul, cp_args));
+    let cpus = match opts.cpus {
+        Some(n) => format!("#SBATCH --cpus-per-task={n}\n"),
+        None => "#SBATCH --exclusive\n".to_string(),
+    };
+    let time = match &opts.time {
+        Some(t) => format!("#SBATCH --time={t}\n"),
+        None => String::new(),
+    };
     format!(
         "#!/bin/bash\n\
          # haul plan {id}: one transfer in {n} shards, one per array task.\n\
@@ -118,34 +134,70 @@ pub fn slurm(plan: &Plan, cp_args: &[String], opts: &JobOptions) -> String {
          #SBATCH --job-name=haul-{id}\n\
          #SBATCH --array=0-{last}\n\
          #SBATCH --ntasks=1\n\
-         #SBATCH --cpus-per-task={cpus}\n\
+         #SBATCH --nodes=1\n\
+         {cpus}{time}\
          #SBATCH --output=haul-{id}-%a.log\n\
          #SBATCH --error=haul-{id}-%a.log\n\
          set -euo pipefail\n\
          exec {cmd}\n",
         n = plan.count,
         last = plan.count - 1,
-        cpus = opts.cpus,
     )
+}
+
+/// Where a pod's `HAUL_HOME` is (an emptyDir), and the Secret's keys.
+const HOME: &str = "/haul-home";
+const KEYS: &str = "/haul-keys";
+/// The pods' user and group (distroless images' `nonroot`).
+const POD_USER: u32 = 65532;
+
+/// What each container may do: nothing it does not need.
+fn container_security() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": { "drop": ["ALL"] },
+    })
 }
 
 /// A Kubernetes `batch/v1` Job with indexed completions, one per shard,
 /// as JSON (which is YAML too: `kubectl apply -f` takes either).
 pub fn kubernetes(plan: &Plan, cp_args: &[String], opts: &JobOptions) -> Value {
     let id = short_id(&plan.id);
-    let mut env = vec![json!({ "name": "HAUL_SHARDS", "value": plan.count.to_string() })];
-    let mut mounts = Vec::new();
-    let mut volumes = Vec::new();
+    let env = vec![
+        json!({ "name": "HAUL_SHARDS", "value": plan.count.to_string() }),
+        // Writable: what haul learns of the path is kept there.
+        json!({ "name": "HAUL_HOME", "value": HOME }),
+    ];
+    let home = json!({ "name": "haul-home", "mountPath": HOME });
+    let mut mounts = vec![home.clone()];
+    let mut volumes = vec![json!({ "name": "haul-home", "emptyDir": {} })];
     for (i, (claim, path)) in opts.claims.iter().enumerate() {
         let name = format!("data-{i}");
         mounts.push(json!({ "name": name, "mountPath": path }));
         volumes.push(json!({ "name": name, "persistentVolumeClaim": { "claimName": claim } }));
     }
+    // The Secret's key and known_hosts, readable by the pods' group, are
+    // copied into HAUL_HOME with the modes haul asks of them (its own
+    // user's, 0600) before the shard starts.
+    let mut init = Vec::new();
     if let Some(secret) = &opts.key_secret {
-        env.push(json!({ "name": "HAUL_HOME", "value": "/haul-home" }));
-        mounts.push(json!({ "name": "haul-home", "mountPath": "/haul-home", "readOnly": true }));
-        volumes.push(json!({ "name": "haul-home", "secret": { "secretName": secret, "defaultMode": 0o400 } }));
+        volumes.push(json!({ "name": "haul-keys", "secret": { "secretName": secret, "defaultMode": 0o440 } }));
+        init.push(json!({
+            "name": "keys",
+            "image": opts.image,
+            "command": ["haul", "keygen", "--import", KEYS],
+            "env": [{ "name": "HAUL_HOME", "value": HOME }],
+            "volumeMounts": [home, { "name": "haul-keys", "mountPath": KEYS, "readOnly": true }],
+            "securityContext": container_security(),
+        }));
     }
+    let cpu = opts.cpus.unwrap_or(1).to_string();
+    let resources = json!({
+        "requests": { "cpu": cpu, "memory": opts.memory },
+        "limits": { "cpu": cpu, "memory": opts.memory },
+    });
+    let labels = json!({ "app.kubernetes.io/name": "haul", "haul/plan": id });
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -159,16 +211,33 @@ pub fn kubernetes(plan: &Plan, cp_args: &[String], opts: &JobOptions) -> Value {
             "parallelism": plan.count,
             "backoffLimitPerIndex": 2,
             "template": {
-                "metadata": { "labels": { "app.kubernetes.io/name": "haul", "haul/plan": id } },
+                "metadata": { "labels": labels },
                 "spec": {
                     "restartPolicy": "Never",
+                    // Not as root: a user of its own, whose group reads
+                    // the Secret and writes the volumes.
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": POD_USER,
+                        "runAsGroup": POD_USER,
+                        "fsGroup": POD_USER,
+                    },
+                    // One shard per node where there are enough.
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "ScheduleAnyway",
+                        "labelSelector": { "matchLabels": { "haul/plan": id } },
+                    }],
+                    "initContainers": init,
                     "containers": [{
                         "name": "haul",
                         "image": opts.image,
                         "command": shard_command("haul", cp_args),
                         "env": env,
-                        "resources": { "requests": { "cpu": opts.cpus.to_string() } },
+                        "resources": resources,
                         "volumeMounts": mounts,
+                        "securityContext": container_security(),
                     }],
                     "volumes": volumes,
                 },

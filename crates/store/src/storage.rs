@@ -67,6 +67,11 @@ pub struct DirTimes {
 pub struct Extraneous {
     pub place: Vec<u8>,
     pub shown: Vec<u8>,
+    /// A directory (or an object prefix).
+    pub dir: bool,
+    /// A regular file's size and modification time (seconds), where the
+    /// store told them.
+    pub file: Option<(u64, i64)>,
 }
 
 /// What a receiver notes about its files for the user (P-41): the kind,

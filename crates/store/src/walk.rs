@@ -25,9 +25,30 @@ pub struct Walked {
     pub inodes: Vec<Inode>,
     /// Things skipped, for the user to read (sockets, devices, fifos).
     pub skipped: Vec<String>,
+    /// Listed paths that could not be read (`--files-from`), each with
+    /// why: the rest is sent, and the run ends as a partial transfer.
+    pub missing: Vec<String>,
 }
 
 impl Walked {
+    /// Keeps the entries `keep` says (one verdict an entry, in order),
+    /// numbered again from 0.
+    pub fn retain(&mut self, keep: &[bool]) {
+        let mut entries = Vec::new();
+        let (mut paths, mut inodes) = (Vec::new(), Vec::new());
+        let old = std::mem::take(&mut self.entries);
+        let olds = std::mem::take(&mut self.paths)
+            .into_iter()
+            .zip(std::mem::take(&mut self.inodes));
+        for ((mut e, (p, i)), _) in old.into_iter().zip(olds).zip(keep).filter(|(_, k)| **k) {
+            e.id = entries.len() as u32;
+            entries.push(e);
+            paths.push(p);
+            inodes.push(i);
+        }
+        (self.entries, self.paths, self.inodes) = (entries, paths, inodes);
+    }
+
     pub fn file_bytes(&self) -> u64 {
         self.entries
             .iter()
@@ -145,6 +166,16 @@ pub fn walk_listed(base: &Path, list: &[Vec<u8>], recursive: bool) -> Result<Wal
         if walked_trees.iter().any(inside) || dirs.contains(&rel) {
             continue;
         }
+        let path = base.join(OsStr::from_bytes(&rel));
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            // As rsync: said, and the rest sent.
+            Err(e) => {
+                w.missing
+                    .push(StoreError::io("read source", &path, &e).message);
+                continue;
+            }
+        };
         // The directories it lies in, each once.
         let mut at = 0;
         while let Some(i) = rel[at..].iter().position(|&b| b == b'/') {
@@ -163,9 +194,6 @@ pub fn walk_listed(base: &Path, list: &[Vec<u8>], recursive: bool) -> Result<Wal
                 add(&mut w, &path, parent, &meta, false, true)?;
             }
         }
-        let path = base.join(OsStr::from_bytes(&rel));
-        let meta =
-            fs::symlink_metadata(&path).map_err(|e| StoreError::io("read source", &path, &e))?;
         if meta.is_dir() {
             dirs.insert(rel.clone());
             if recursive {
@@ -350,7 +378,12 @@ mod tests {
         for bad in [&b"../t/b"[..], b"b/../x", b"b//x"] {
             assert!(walk_listed(&top, &[bad.to_vec()], true).is_err());
         }
-        assert!(walk_listed(&top, &[b"nope".to_vec()], true).is_err());
+        // A listed path that is not there is named, and the rest walked
+        // (rsync's exit 23 is the caller's).
+        let w = walk_listed(&top, &[b"nope".to_vec(), b"b/x".to_vec()], true).unwrap();
+        assert_eq!(w.missing.len(), 1, "{:?}", w.missing);
+        assert!(w.missing[0].contains("nope"));
+        assert!(w.entries.iter().any(|e| e.path == b"b/x"));
         assert_eq!(
             walk(&[d.path().join("nope")], true).err().map(|e| e.kind),
             Some(StoreErrorKind::NotFound)

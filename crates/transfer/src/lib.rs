@@ -36,7 +36,7 @@ pub(crate) mod shared;
 pub mod zero_scan;
 
 pub use bundle::BUNDLE_MAX;
-pub use options::{gate_receiver, gate_sender, ReceiveOptions};
+pub use options::{gate_receiver, gate_sender, selected, selection, Itemize, ReceiveOptions};
 pub use receiver::{run_receiver, RecvPath};
 /// The compression stage and the CPU it measures, from the run context.
 pub use run::{compress, cpu};

@@ -28,6 +28,72 @@ pub struct ReceiveOptions {
     /// A source named a directory's contents (`dir/`): `--delete` also
     /// cleans the destination itself.
     pub contents: bool,
+    /// What the sender selected (P-44): `--delete` leaves alone what it
+    /// leaves out.
+    pub select: filter::Select,
+    /// `--itemize-changes` (P-44): where how each file differs goes.
+    pub itemize: Itemize,
+}
+
+/// Where a receiver says how each file differs from what was in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Itemize {
+    #[default]
+    Off,
+    /// To the sender, in `Changes` (a push that asked).
+    Send,
+    /// Into this side's progress (the client's pull).
+    Keep,
+}
+
+/// Which of a manifest's entries `select` sends (P-44): one verdict an
+/// entry, in order.
+pub fn selected(select: &filter::Select, entries: &[wire::Entry]) -> Vec<bool> {
+    if select.is_all() {
+        return vec![true; entries.len()];
+    }
+    select.keep(entries.iter().map(|e| {
+        let kind = match e.kind {
+            wire::EntryKind::Dir { .. } => filter::Kind::Dir,
+            wire::EntryKind::File { size, mtime, .. } => filter::Kind::File { size, mtime },
+            wire::EntryKind::Symlink => filter::Kind::Link,
+        };
+        (&e.path[..], kind)
+    }))
+}
+
+impl Itemize {
+    /// Says how file `id` (at `path`) differed from what was in place
+    /// (`wire::CHANGE_*` bits), where this says to.
+    pub(crate) fn tell(
+        self,
+        st: &mut session::ReceiverSession,
+        progress: &connect::progress::Progress,
+        (id, path): (u32, &[u8]),
+        change: u8,
+    ) {
+        match self {
+            Itemize::Off => {}
+            Itemize::Send => st.changed(id, change),
+            Itemize::Keep => progress
+                .changed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((String::from_utf8_lossy(path).into_owned(), change)),
+        }
+    }
+}
+
+/// The selection a request carries, checked as a peer's input.
+pub fn selection(s: &wire::Selection) -> Result<filter::Select, TransferError> {
+    let rules = filter::Rules::from_lines(&s.rules)
+        .map_err(|e| TransferError::new(wire::ErrorCode::BadRequest, e.to_string()))?;
+    Ok(filter::Select {
+        rules,
+        min_size: s.min_size,
+        max_size: (s.max_size != u64::MAX).then_some(s.max_size),
+        not_before: (s.not_before != i64::MIN).then_some(s.not_before),
+    })
 }
 
 impl ReceiveOptions {
@@ -39,7 +105,7 @@ impl ReceiveOptions {
         let cached = self.cache.as_ref().is_some_and(|c| !c.is_empty());
         let s = &self.sync;
         (s.dedup && (dest_exists || self.basis.is_some() || cached))
-            || (s.update && dest_exists)
+            || ((s.update || s.ignore_existing) && dest_exists)
             || s.dry_run
     }
 }

@@ -40,6 +40,10 @@ pub enum ErrorCode {
     /// The shards of one transfer disagree about its plan: the sources
     /// changed between them (P-42).
     ShardPlan = 19,
+    /// Client only, never sent: some sources were not there to send (a
+    /// `--files-from` list naming missing files), as rsync's exit 23;
+    /// everything else is verified and in place.
+    Partial = 23,
 }
 
 impl ErrorCode {
@@ -63,6 +67,7 @@ impl ErrorCode {
             17 => ErrorCode::NoBucket,
             18 => ErrorCode::Throttled,
             19 => ErrorCode::ShardPlan,
+            23 => ErrorCode::Partial,
             _ => ErrorCode::Other,
         }
     }

@@ -70,6 +70,58 @@ pub struct Request {
     pub basis: String,
     /// Push: this is one shard of a transfer split across hosts (P-42).
     pub shard: Option<ShardSpec>,
+    /// What the sender leaves out, and `--delete` leaves alone (P-44).
+    pub select: Selection,
+    /// Push: the receiver says how each file it receives differs from
+    /// what was in place (`Changes`, for `--itemize-changes`, P-44).
+    pub itemize: bool,
+}
+
+/// `Changes` bits (P-44): the file was not in place.
+pub const CHANGE_NEW: u8 = 1;
+/// Its size differs.
+pub const CHANGE_SIZE: u8 = 2;
+/// Its modification time differs.
+pub const CHANGE_TIME: u8 = 4;
+/// Its content differs (known under `--checksum`).
+pub const CHANGE_SUM: u8 = 8;
+const CHANGE_ALL: u8 = CHANGE_NEW | CHANGE_SIZE | CHANGE_TIME | CHANGE_SUM;
+
+/// Most filter rules one request carries (P-44).
+pub const MAX_FILTER_RULES: usize = 4096;
+/// Longest filter rule, in bytes.
+pub const MAX_FILTER_RULE_LEN: usize = 4096;
+
+/// What a transfer selects (P-44): rsync's filter rules, each `- PATTERN`
+/// or `+ PATTERN`, first match deciding; files outside a size range or
+/// older than a time are left out too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub rules: Vec<String>,
+    pub min_size: u64,
+    /// `u64::MAX`: no upper bound.
+    pub max_size: u64,
+    /// Seconds since the epoch; files modified earlier are left out.
+    /// `i64::MIN`: no bound.
+    pub not_before: i64,
+}
+
+impl Default for Selection {
+    fn default() -> Selection {
+        Selection {
+            rules: Vec::new(),
+            min_size: 0,
+            max_size: u64::MAX,
+            not_before: i64::MIN,
+        }
+    }
+}
+
+impl Selection {
+    /// Whether it leaves nothing out.
+    pub fn is_all(&self) -> bool {
+        *self == Selection::default()
+    }
 }
 
 /// Most shards one transfer may be split into (P-42).
@@ -128,6 +180,9 @@ pub struct SyncOptions {
     /// With `delete`: also remove partials and journals that interrupted
     /// transfers left and that no transfer holds now (P-41).
     pub delete_partials: bool,
+    /// Skip every file that exists at the destination, whatever it holds
+    /// (`--ignore-existing`, P-44).
+    pub ignore_existing: bool,
 }
 
 const SYNC_DEDUP: u8 = 1;
@@ -137,6 +192,7 @@ const SYNC_CHECKSUM: u8 = 8;
 const SYNC_DELETE: u8 = 16;
 const SYNC_DRY_RUN: u8 = 32;
 const SYNC_DELETE_PARTIALS: u8 = 64;
+const SYNC_IGNORE_EXISTING: u8 = 128;
 
 impl SyncOptions {
     fn bits(&self) -> u8 {
@@ -148,6 +204,7 @@ impl SyncOptions {
             (self.delete, SYNC_DELETE),
             (self.dry_run, SYNC_DRY_RUN),
             (self.delete_partials, SYNC_DELETE_PARTIALS),
+            (self.ignore_existing, SYNC_IGNORE_EXISTING),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -155,10 +212,8 @@ impl SyncOptions {
     }
 
     fn from_bits(b: u8) -> Result<SyncOptions, DecodeError> {
-        if b >= 128 {
-            return Err(DecodeError::Invalid("sync options"));
-        }
         Ok(SyncOptions {
+            ignore_existing: b & SYNC_IGNORE_EXISTING != 0,
             dedup: b & SYNC_DEDUP != 0,
             gated: b & SYNC_GATED != 0,
             update: b & SYNC_UPDATE != 0,
@@ -186,6 +241,7 @@ pub const COMPRESS_ZSTD: u8 = 3;
 /// Bits of a request's `options` byte.
 const OPT_CONTENTS: u8 = 1;
 const OPT_PRESERVE: u8 = 2;
+const OPT_ITEMIZE: u8 = 4;
 
 /// Data travels over the TCP data connections (P-19).
 pub const TRANSPORT_TCP: u8 = 0;
@@ -289,6 +345,10 @@ pub enum Msg {
     Ready(Vec<u32>),
     /// Receiver: these files are already in place (P-32); send nothing.
     Skip(Vec<u32>),
+    /// Receiver, in a gated session: how each file it answered `Ready`
+    /// differs from what was in place (P-44): `CHANGE_*` bits, for the
+    /// sender's `--itemize-changes`.
+    Changes(Vec<(u32, u8)>),
     /// Sender, under `--checksum`: the whole-file digest of `file`, sent
     /// right after its entry (P-32).
     Digest {
@@ -407,6 +467,23 @@ fn decode_ids(r: &mut Reader) -> Result<Vec<u32>, DecodeError> {
     (0..n).map(|_| r.u32()).collect()
 }
 
+fn decode_selection(r: &mut Reader) -> Result<Selection, DecodeError> {
+    let n = r.u32()? as usize;
+    if n > MAX_FILTER_RULES {
+        return Err(DecodeError::Invalid("filter rule count"));
+    }
+    let mut rules = Vec::with_capacity(n);
+    for _ in 0..n {
+        rules.push(r.string("filter rule", MAX_FILTER_RULE_LEN)?);
+    }
+    Ok(Selection {
+        rules,
+        min_size: r.u64()?,
+        max_size: r.u64()?,
+        not_before: r.i64()?,
+    })
+}
+
 fn decode_shard(r: &mut Reader, status: bool) -> Result<ShardSpec, DecodeError> {
     let transfer = r.array()?;
     let plan = r.array()?;
@@ -487,6 +564,7 @@ impl Msg {
             Msg::Chunks { .. } => "Chunks",
             Msg::Ready(_) => "Ready",
             Msg::Skip(_) => "Skip",
+            Msg::Changes(_) => "Changes",
             Msg::Digest { .. } => "Digest",
             Msg::Deleted(_) => "Deleted",
             Msg::DecodeSpeed { .. } => "DecodeSpeed",
@@ -519,7 +597,8 @@ impl Msg {
                     .u64(r.rate)
                     .u8(r.transport)
                     .u8(if r.contents { OPT_CONTENTS } else { 0 }
-                        | if r.preserve { OPT_PRESERVE } else { 0 })
+                        | if r.preserve { OPT_PRESERVE } else { 0 }
+                        | if r.itemize { OPT_ITEMIZE } else { 0 })
                     .u8(r.compress)
                     .u8(r.compress_level)
                     .u8(r.sync.bits())
@@ -538,6 +617,12 @@ impl Msg {
                         }
                     }
                 }
+                let s = &r.select;
+                w.u32(s.rules.len() as u32);
+                for rule in &s.rules {
+                    w.var_bytes(rule.as_bytes());
+                }
+                w.u64(s.min_size).u64(s.max_size).i64(s.not_before);
             }
             Msg::Accept {
                 session,
@@ -574,6 +659,12 @@ impl Msg {
             Msg::Skip(list) => {
                 w.u8(16);
                 encode_ids(&mut w, list);
+            }
+            Msg::Changes(list) => {
+                w.u8(24).u32(list.len() as u32);
+                for (file, bits) in list {
+                    w.u32(*file).u8(*bits);
+                }
             }
             Msg::Digest { file, digest } => {
                 w.u8(17).u32(*file).bytes(digest);
@@ -711,7 +802,7 @@ impl Msg {
                     });
                 }
                 let options = r.u8()?;
-                if options & !(OPT_CONTENTS | OPT_PRESERVE) != 0 {
+                if options & !(OPT_CONTENTS | OPT_PRESERVE | OPT_ITEMIZE) != 0 {
                     return Err(DecodeError::UnknownTag {
                         what: "request option",
                         tag: options,
@@ -740,7 +831,9 @@ impl Msg {
                     2 => Some(decode_shard(&mut r, true)?),
                     tag => return Err(DecodeError::UnknownTag { what: "shard", tag }),
                 };
+                let select = decode_selection(&mut r)?;
                 Msg::Request(Request {
+                    select,
                     sync,
                     basis,
                     shard,
@@ -748,6 +841,7 @@ impl Msg {
                     compress_level,
                     contents: options & OPT_CONTENTS != 0,
                     preserve: options & OPT_PRESERVE != 0,
+                    itemize: options & OPT_ITEMIZE != 0,
                     op,
                     paths,
                     recursive,
@@ -803,6 +897,24 @@ impl Msg {
             22 => Msg::Kept(decode_blocks(&mut r)?),
             15 => Msg::Ready(decode_ids(&mut r)?),
             16 => Msg::Skip(decode_ids(&mut r)?),
+            24 => {
+                let n = r.u32()? as usize;
+                if n > r.remaining() / 5 {
+                    return Err(DecodeError::Invalid("file count"));
+                }
+                let mut list = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (file, bits) = (r.u32()?, r.u8()?);
+                    if bits & !CHANGE_ALL != 0 {
+                        return Err(DecodeError::UnknownTag {
+                            what: "change",
+                            tag: bits,
+                        });
+                    }
+                    list.push((file, bits));
+                }
+                Msg::Changes(list)
+            }
             17 => Msg::Digest {
                 file: r.u32()?,
                 digest: r.array()?,

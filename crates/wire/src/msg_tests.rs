@@ -23,13 +23,28 @@ fn request_options_byte() {
         sync: SyncOptions::default(),
         basis: String::new(),
         shard: None,
+        select: Selection::default(),
+        itemize: false,
     };
     let mut full = Msg::Request(req.clone()).encode();
-    // The sync byte, an empty basis (a 4-byte length) and no shard (one
-    // byte) come last.
-    let sync_at = full.len() - 6;
-    full[sync_at] = 128;
-    assert!(Msg::decode(&full).is_err(), "unknown sync bit");
+    // The sync byte, an empty basis (a 4-byte length), no shard (one
+    // byte) and a selection of nothing (no rules, two sizes and a time)
+    // come last. Every sync bit is one this version knows.
+    let sync_at = full.len() - 6 - 28;
+    full[sync_at] = 255;
+    assert!(
+        matches!(
+            Msg::decode(&full),
+            Ok(Msg::Request(Request {
+                sync: SyncOptions {
+                    ignore_existing: true,
+                    ..
+                },
+                ..
+            }))
+        ),
+        "every sync bit"
+    );
     full[sync_at] = 63;
     assert!(matches!(
         Msg::decode(&full),
@@ -54,7 +69,7 @@ fn request_options_byte() {
     assert_eq!(bytes[n - 3], 0b11);
     assert_eq!(decode(&bytes).unwrap(), Msg::Request(req));
     // A bit this version does not know is refused, not ignored.
-    bytes[n - 3] = 0b100;
+    bytes[n - 3] = 0b1000;
     assert!(decode(&bytes).is_err());
     bytes[n - 3] = 0b11;
     // So are an unknown compression and a level out of range.
@@ -106,7 +121,7 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                 any::<bool>(),
                 any::<bool>(),
                 (0u8..=3, 1u8..=19),
-                (0u8..128, ".{0,20}")
+                (any::<u8>(), ".{0,20}")
             ),
             proptest::option::of((
                 any::<[u8; 16]>(),
@@ -154,6 +169,13 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                         });
                     Msg::Request(Request {
                         shard,
+                        select: Selection {
+                            rules: basis.split(' ').map(|w| format!("- {w}")).collect(),
+                            min_size: rate / 3,
+                            max_size: rate,
+                            not_before: block_size as i64 - (1 << 31),
+                        },
+                        itemize: preserve && !contents,
                         sync: SyncOptions::from_bits(sync).unwrap(),
                         basis,
                         contents,
@@ -193,6 +215,7 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
         )
             .prop_map(|(file, chunks)| Msg::Chunks { file, chunks }),
         proptest::collection::vec(any::<u32>(), 0..20).prop_map(Msg::Ready),
+        proptest::collection::vec((any::<u32>(), 0u8..16), 0..20).prop_map(Msg::Changes),
         (
             any::<u32>(),
             proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..10)
@@ -307,6 +330,8 @@ fn a_shard_request_is_bounded() {
                 pieces,
                 status: false,
             }),
+            select: Selection::default(),
+            itemize: false,
         })
     };
     let good = req(3, 4, vec![piece(0, 10), piece(5, 6)]);
@@ -321,4 +346,42 @@ fn a_shard_request_is_bounded() {
     ] {
         assert!(Msg::decode(&bad.encode()).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn a_selection_and_changes_are_bounded() {
+    let with = |rules: Vec<String>| {
+        Msg::Request(Request {
+            op: Op::Pull,
+            paths: vec!["d/".into()],
+            recursive: true,
+            many_sources: false,
+            streams: 4,
+            block_size: 1 << 20,
+            protection: PROTECT_AES256GCM,
+            rate: 0,
+            transport: TRANSPORT_TCP,
+            contents: true,
+            preserve: true,
+            compress: COMPRESS_AUTO,
+            compress_level: 0,
+            sync: SyncOptions::default(),
+            basis: String::new(),
+            shard: None,
+            select: Selection {
+                rules,
+                ..Selection::default()
+            },
+            itemize: true,
+        })
+    };
+    let most = with(vec!["- *.o".to_string(); MAX_FILTER_RULES]);
+    assert_eq!(Msg::decode(&most.encode()).unwrap(), most);
+    assert!(Msg::decode(&with(vec!["- a".to_string(); MAX_FILTER_RULES + 1]).encode()).is_err());
+    let long = format!("- {}", "a".repeat(MAX_FILTER_RULE_LEN));
+    assert!(Msg::decode(&with(vec![long]).encode()).is_err());
+    // A change bit this version does not know is refused.
+    let mut bad = Msg::Changes(vec![(1, CHANGE_NEW)]).encode();
+    *bad.last_mut().unwrap() = 16;
+    assert!(Msg::decode(&bad).is_err());
 }

@@ -21,8 +21,10 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// version 13 the ssh start's handshake in the greetings and its keyed
 /// control connection (P-27); version 14 a push that is one shard of a
 /// transfer split across hosts (P-42); version 15 a UDP port named only in
-/// `Accept`, opened once the client is authenticated (P-23, P-43).
-pub const PROTOCOL_VERSION: u16 = 15;
+/// `Accept`, opened once the client is authenticated (P-23, P-43);
+/// version 16 filter rules, sizes and ages in the request, `--ignore-existing`
+/// and the receiver's `Changes` (P-44).
+pub const PROTOCOL_VERSION: u16 = 16;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;

@@ -4,12 +4,16 @@
 //! - [`resolve`]: the options checked, how the peer is reached, the
 //!   client's configuration; nothing connected yet.
 //! - [`run`](mod@run): the transfer itself, one function per kind of end.
+//! - [`inside`]: a copy within one object store, left to the store.
+//! - [`said`]: what a run says at its end.
 //!
 //! All the moving is done by the driver (`endpoint`, `transfer`).
 
+mod inside;
 mod plan;
 mod resolve;
 mod run;
+mod said;
 
 use connect::TransferError;
 
@@ -19,6 +23,7 @@ use crate::report;
 
 pub fn run(a: CpArgs) -> i32 {
     crate::logging::init(a.common.verbose);
+    endpoint::map_large_buffers();
     let json = a.json;
     // A source that changed while it was read fails the transfer before
     // any of its mixed bytes are placed; once more resumes from what
@@ -31,13 +36,28 @@ pub fn run(a: CpArgs) -> i32 {
         }
     }
     match result {
-        Ok((line, text)) => {
+        Ok(said) => {
+            let code = match &said.partial {
+                Some(_) => exit::code(wire::ErrorCode::Partial),
+                None => exit::OK,
+            };
             if json {
-                println!("{line}");
-            } else if let Some(t) = text {
-                eprintln!("{t}");
+                match &said.partial {
+                    Some(why) => println!("{}", with_partial(&said.json, code, why)),
+                    None => println!("{}", said.json),
+                }
+            } else {
+                for l in &said.items {
+                    println!("{l}");
+                }
+                if let Some(t) = &said.text {
+                    eprintln!("{t}");
+                }
             }
-            exit::OK
+            if let Some(why) = &said.partial {
+                eprintln!("haul: partial transfer: {why}");
+            }
+            code
         }
         Err(e) => {
             let code = exit::code(e.code);
@@ -51,8 +71,31 @@ pub fn run(a: CpArgs) -> i32 {
 }
 
 /// One try of the transfer: what the report says.
-fn transfer(a: &CpArgs) -> Result<run::Said, TransferError> {
+fn transfer(a: &CpArgs) -> Result<said::Said, TransferError> {
     let plan = plan::plan(&a.paths)?;
+    // Two locations of one object store: the store copies, where it can.
+    if let plan::Plan::Push {
+        sources: plan::PushFrom::Bucket(url),
+        peer: None,
+        dest,
+    } = &plan
+    {
+        if inside::may(a, url, dest) {
+            if let Some(said) = inside::copy(a, url, dest)? {
+                return Ok(said);
+            }
+        }
+    }
     let resolved = resolve::resolve(a, &plan)?;
     run::run(a, plan, resolved)
+}
+
+/// A report's JSON line for a partial transfer: its figures, `ok` false,
+/// the exit code and why.
+fn with_partial(json: &str, code: i32, why: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    v["ok"] = false.into();
+    v["exit_code"] = code.into();
+    v["error"] = format!("partial transfer: {why}").into();
+    v.to_string()
 }

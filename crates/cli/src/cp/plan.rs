@@ -1,6 +1,8 @@
 //! Parse: the command line's locations as a [`Plan`], a push or a pull,
 //! which side is remote and where each end is. Object-store locations
-//! are whatever `backends`' registry says they are.
+//! are whatever `backends`' registry says they are. Two ends on this
+//! host (files or objects on either side) are a push to this host: see
+//! [`crate::local`].
 
 use std::path::PathBuf;
 
@@ -23,9 +25,10 @@ pub(super) enum PullTo {
 }
 
 pub(super) enum Plan {
+    /// To a remote host, or (`peer` None) to this one.
     Push {
         sources: PushFrom,
-        peer: Peer,
+        peer: Option<Peer>,
         dest: String,
     },
     Pull {
@@ -36,9 +39,11 @@ pub(super) enum Plan {
 }
 
 impl Plan {
-    pub(super) fn peer(&self) -> &Peer {
+    /// The remote host; `None` for a copy on this host.
+    pub(super) fn peer(&self) -> Option<&Peer> {
         match self {
-            Plan::Push { peer, .. } | Plan::Pull { peer, .. } => peer,
+            Plan::Push { peer, .. } => peer.as_ref(),
+            Plan::Pull { peer, .. } => Some(peer),
         }
     }
 }
@@ -58,7 +63,7 @@ pub(super) fn plan(paths: &[String]) -> Result<Plan, TransferError> {
         for s in srcs {
             match s {
                 Location::Local(p) | Location::Bucket(p) => {
-                    return Err(usage(format!("both {p:?} and {dest:?} are on this host; haul copies between hosts: name one as host:path")));
+                    return Err(usage(format!("{p:?} is on this host and other sources are remote; copy them to {dest:?} in two runs")));
                 }
                 Location::Remote {
                     user,
@@ -81,6 +86,15 @@ pub(super) fn plan(paths: &[String]) -> Result<Plan, TransferError> {
         }
         Ok((sources, origin.expect("at least one source")))
     };
+    let remote = |s: &Location| matches!(s, Location::Remote { .. });
+    if !srcs.iter().any(remote) && !remote(&Location::parse(dst)) {
+        let (sources, dest) = here_sources(srcs, dst)?;
+        return Ok(Plan::Push {
+            sources,
+            peer: None,
+            dest,
+        });
+    }
     match Location::parse(dst) {
         Location::Remote {
             user,
@@ -88,24 +102,11 @@ pub(super) fn plan(paths: &[String]) -> Result<Plan, TransferError> {
             port,
             path,
         } => {
-            let mut files = Vec::new();
-            let mut objects = Vec::new();
-            for s in srcs {
-                match s {
-                    Location::Local(p) => files.push(PathBuf::from(p)),
-                    Location::Bucket(u) => objects.push(u),
-                    Location::Remote { .. } => return Err(usage("copying between two remote hosts is not supported; run haul on one of them")),
-                }
-            }
-            let sources = match (files.is_empty(), objects.len()) {
-                (true, 1) => PushFrom::Bucket(bucket(&objects[0])?),
-                (_, 0) => PushFrom::Files(files),
-                _ => return Err(usage("send one object-store source at a time, without local files beside it; a prefix ending in '/' (with -r) sends many objects")),
-            };
+            let (sources, dest) = here_sources(srcs, &path)?;
             Ok(Plan::Push {
                 sources,
-                peer: Peer { user, host, port },
-                dest: path,
+                peer: Some(Peer { user, host, port }),
+                dest,
             })
         }
         Location::Local(dest) => {
@@ -128,6 +129,29 @@ pub(super) fn plan(paths: &[String]) -> Result<Plan, TransferError> {
     }
 }
 
+/// Sources on this host: files, or one object-store location.
+fn here_sources(srcs: Vec<Location>, dest: &str) -> Result<(PushFrom, String), TransferError> {
+    let mut files = Vec::new();
+    let mut objects = Vec::new();
+    for s in srcs {
+        match s {
+            Location::Local(p) => files.push(PathBuf::from(p)),
+            Location::Bucket(u) => objects.push(u),
+            Location::Remote { .. } => {
+                return Err(usage(
+                    "copying between two remote hosts is not supported; run haul on one of them",
+                ))
+            }
+        }
+    }
+    let sources = match (files.is_empty(), objects.len()) {
+        (true, 1) => PushFrom::Bucket(bucket(&objects[0])?),
+        (_, 0) => PushFrom::Files(files),
+        _ => return Err(usage("send one object-store source at a time, without local files beside it; a prefix ending in '/' (with -r) sends many objects")),
+    };
+    Ok((sources, dest.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,7 +165,21 @@ mod tests {
         assert!(
             matches!(p(&["h:1:/a", "h:1:b", "."]), Ok(Plan::Pull { sources, peer: Peer { port: Some(1), .. }, .. }) if sources.len() == 2)
         );
-        assert!(p(&["a", "b"]).is_err());
+        // Both ends here: a push to this host.
+        assert!(matches!(p(&["a", "b"]), Ok(Plan::Push { peer: None, .. })));
+        assert!(matches!(
+            p(&["s3://bkt/a", "/tmp/x"]),
+            Ok(Plan::Push {
+                sources: PushFrom::Bucket(_),
+                peer: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            p(&["a", "gs://b/x"]),
+            Ok(Plan::Push { peer: None, .. })
+        ));
+        assert!(p(&["a", "h:b", "."]).is_err());
         assert!(p(&["h:a", "g:b", "."]).is_err());
         assert!(p(&["h:a", "g:b"]).is_err());
         assert!(matches!(
@@ -159,7 +197,6 @@ mod tests {
             })
         ));
         assert!(p(&["s3://bkt/a", "b", "h:/x/"]).is_err());
-        assert!(p(&["s3://bkt/a", "/tmp/x"]).is_err());
         assert!(p(&["h:/x", "s3://B/x"]).is_err());
     }
 }

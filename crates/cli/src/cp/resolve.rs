@@ -19,12 +19,16 @@ pub(super) struct Resolved {
     pub show: Show,
     /// This shard's index and count (`--shard I/N`).
     pub shard: Option<(u32, u32)>,
-    pub peer: Peer,
+    /// The remote host; `None` for a copy on this host.
+    pub peer: Option<Peer>,
     pub ssh: bool,
 }
 
 pub(super) fn resolve(a: &CpArgs, plan: &Plan) -> Result<Resolved, TransferError> {
-    let reach = Reach::decide(&a.conn, plan.peer().clone())?;
+    let Some(peer) = plan.peer() else {
+        return here(a);
+    };
+    let reach = Reach::decide(&a.conn, peer.clone())?;
     let is_pull = matches!(plan, Plan::Pull { .. });
     let shard = crate::shard::assigned(a)?;
     check(a, is_pull, reach.ssh, shard.is_some())?;
@@ -44,8 +48,43 @@ pub(super) fn resolve(a: &CpArgs, plan: &Plan) -> Result<Resolved, TransferError
         dialer,
         show: show(a),
         shard,
-        peer: reach.peer,
+        peer: Some(reach.peer),
         ssh: reach.ssh,
+    })
+}
+
+/// A copy on this host: the receiving end started in this process.
+fn here(a: &CpArgs) -> Result<Resolved, TransferError> {
+    let shard = crate::shard::assigned(a)?;
+    check(a, false, true, shard.is_some())?;
+    // One-time keys, as over ssh; `local::start` sets the rest.
+    let reach = Reach {
+        peer: Peer {
+            user: None,
+            host: "localhost".into(),
+            port: None,
+        },
+        ssh: true,
+    };
+    let mut cfg = client_config(a, &reach, false)?;
+    let cache = match &a.cache.cache {
+        Some(dir) => {
+            store::cache::open_for_transfer(dir, a.cache.cache_size)?.map(std::sync::Arc::new)
+        }
+        None => None,
+    };
+    let receiving = crate::local::Receiving {
+        settings: a.s3.settings(),
+        cache,
+    };
+    crate::local::start(&mut cfg, receiving)?;
+    Ok(Resolved {
+        cfg,
+        dialer: Dialer::here(),
+        show: show(a),
+        shard,
+        peer: None,
+        ssh: false,
     })
 }
 
@@ -118,8 +157,11 @@ fn client_config(a: &CpArgs, reach: &Reach, is_pull: bool) -> Result<ClientConfi
             delete: a.delete,
             delete_partials: a.delete_partials,
             dry_run: a.dry_run,
+            ignore_existing: a.select.ignore_existing,
             ..Default::default()
         },
+        select: selection(a),
+        itemize: a.select.itemize_changes || a.common.verbose > 0,
         basis: a.basis.clone(),
         cache,
         advice,
@@ -138,4 +180,31 @@ fn show(a: &CpArgs) -> Show {
     } else {
         Show::OnTerminal
     }
+}
+
+/// What the selection options leave out, as the request carries it
+/// (P-44); the rules were checked when the command line was read.
+pub(super) fn selection(a: &CpArgs) -> wire::Selection {
+    let s = &a.select;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    wire::Selection {
+        rules: s.rules.clone(),
+        min_size: s.min_size.unwrap_or(0),
+        max_size: s.max_size.unwrap_or(u64::MAX),
+        not_before: s
+            .max_age
+            .map_or(i64::MIN, |age| now.saturating_sub(age.as_secs() as i64)),
+    }
+}
+
+/// Which entries the selection options keep (P-44); `None` where they
+/// leave nothing out.
+pub(super) fn selected(
+    sel: &wire::Selection,
+    entries: &[wire::Entry],
+) -> Result<Option<Vec<bool>>, TransferError> {
+    let s = transfer::selection(sel)?;
+    Ok((!s.is_all()).then(|| transfer::selected(&s, entries)))
 }

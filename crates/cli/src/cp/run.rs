@@ -12,12 +12,10 @@ use store::{Destination, Root, Sink};
 
 use super::plan::{Plan, PullTo, PushFrom};
 use super::resolve::Resolved;
+use super::said::Said;
 use crate::args::CpArgs;
 use crate::reach::{usage, Dialer};
 use crate::report::{self, Bar, Show};
-
-/// The report's JSON line and, unless `--quiet`, its text.
-pub(super) type Said = (String, Option<String>);
 
 pub(super) fn run(a: &CpArgs, plan: Plan, r: Resolved) -> Result<Said, TransferError> {
     match plan {
@@ -47,8 +45,30 @@ pub(super) fn run(a: &CpArgs, plan: Plan, r: Resolved) -> Result<Said, TransferE
 /// What a transfer's report says: its JSON line and, unless `--quiet`,
 /// its text.
 fn said(a: &CpArgs, report: &Report, direction: &str) -> Said {
-    let text = (!a.quiet).then(|| report::text(report));
-    (report::json(report, direction), text)
+    let mut json = report::json(report, direction);
+    let letters = a.select.itemize_changes;
+    if !letters && a.common.verbose == 0 {
+        return Said::new(json, (!a.quiet).then(|| report::text(report)));
+    }
+    // The paths deleted are in the list; the summary need not say them.
+    let listed = Report {
+        deleted: Vec::new(),
+        ..report.clone()
+    };
+    let text = (!a.quiet).then(|| report::text(&listed));
+    // Sent to another host: rsync's '<'; received here: '>'.
+    let away = direction == "push" && report.route != endpoint::Route::Local;
+    let lines = report::itemized(report, away, a.preserve, letters);
+    if letters {
+        if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&json) {
+            v["itemized"] = serde_json::json!(lines);
+            json = v.to_string();
+        }
+    }
+    Said {
+        items: lines,
+        ..Said::new(json, text)
+    }
 }
 
 /// Objects of a store pushed to the peer, whole or this shard's share.
@@ -59,7 +79,10 @@ fn push_objects(
     dest: &str,
 ) -> Result<Said, TransferError> {
     let store = backends::connect(url, &a.s3.settings())?;
-    let listed = object::list(&store, url, a.recursive)?;
+    let mut listed = object::list(&store, url, a.recursive)?;
+    if let Some(keep) = super::resolve::selected(&r.cfg.select, &listed.entries)? {
+        listed.retain(&keep);
+    }
     for s in &listed.skipped {
         eprintln!("haul: {s}");
     }
@@ -75,7 +98,7 @@ fn push_objects(
     let got = conn.push_from(listed.entries, source, dest, flags);
     bar.finish();
     let rep = finish(got, r.dialer)?;
-    crate::known_paths::save(&r.peer, r.ssh, &rep);
+    remember(r.peer.as_ref(), r.ssh, &rep);
     Ok(said(a, &rep, "push"))
 }
 
@@ -86,13 +109,24 @@ fn push_files(
     sources: &[std::path::PathBuf],
     dest: &str,
 ) -> Result<Said, TransferError> {
-    let walked = match &a.files_from {
+    let mut walked = match &a.files_from {
         Some(list) => crate::files_from::walk(list, a.from0, sources, a.recursive)?,
         None => store::walk(sources, a.recursive)?,
     };
-    for s in &walked.skipped {
+    if let Some(keep) = super::resolve::selected(&r.cfg.select, &walked.entries)? {
+        walked.retain(&keep);
+    }
+    for s in walked.skipped.iter().chain(&walked.missing) {
         eprintln!("haul: {s}");
     }
+    let partial = match walked.missing.len() {
+        0 => None,
+        n => Some(format!(
+            "{n} listed path{} could not be read (said above) and {} not sent; everything else is verified and in place",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "was" } else { "were" },
+        )),
+    };
     // Listed paths go into the destination directory, as a `dir/`
     // source's contents do.
     let contents = a.files_from.is_some()
@@ -105,7 +139,8 @@ fn push_files(
         let (entries, source, spec) = crate::shard::share(a, sh, &walked.entries, Box::new(files))?;
         r.cfg.shard = Some(spec);
         let flags = (a.recursive, sources.len() > 1, contents);
-        return push_shard(a, r, (entries, source, dest), flags);
+        let said = push_shard(a, r, (entries, source, dest), flags)?;
+        return Ok(Said { partial, ..said });
     }
     // Zero blocks are looked for while the connection is set up; not for
     // a sync, whose files may all be skipped.
@@ -120,8 +155,11 @@ fn push_files(
     let got = conn.push(walked, scan, dest, a.recursive, many, contents);
     bar.finish();
     let rep = finish(got, r.dialer)?;
-    crate::known_paths::save(&r.peer, r.ssh, &rep);
-    Ok(said(a, &rep, "push"))
+    remember(r.peer.as_ref(), r.ssh, &rep);
+    Ok(Said {
+        partial,
+        ..said(a, &rep, "push")
+    })
 }
 
 /// The peer's files pulled into a store.
@@ -214,12 +252,29 @@ fn push_shard(
             format!("the transfer is not complete yet: {}", said.join("; ")),
         ));
     }
-    crate::known_paths::save(&r.peer, r.ssh, &rep);
+    remember(r.peer.as_ref(), r.ssh, &rep);
     Ok(said(a, &rep, "push"))
+}
+
+/// What this transfer measured of its path, for the next one to the
+/// same host (none for a copy on this host).
+fn remember(peer: Option<&crate::reach::Peer>, ssh: bool, rep: &Report) {
+    if let Some(peer) = peer {
+        crate::known_paths::save(peer, ssh, rep);
+    }
 }
 
 /// Ends the ssh link once the transfer is over, and notes the route taken.
 fn finish(r: Result<Report, TransferError>, dialer: Dialer) -> Result<Report, TransferError> {
+    // Both ends are this haul's: the receiving end's errors are not a
+    // server's.
+    let here = dialer.is_here();
+    let r = r.map_err(|mut e| {
+        if let Some(m) = e.message.strip_prefix("server: ").filter(|_| here) {
+            e.message = m.to_string();
+        }
+        e
+    });
     let route = dialer.finish(r.is_ok());
     r.map(|mut r| {
         r.route = route;

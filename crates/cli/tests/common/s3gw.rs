@@ -22,6 +22,8 @@ pub struct Gateway {
     pub root: PathBuf,
     /// A home without AWS files, so the user's own are never read.
     home: PathBuf,
+    /// Served over TLS, by a certificate of this CA (PEM).
+    pub ca: Option<PathBuf>,
 }
 
 impl Drop for Gateway {
@@ -67,7 +69,92 @@ impl Gateway {
             ("127.0.0.1", port),
             netem::testing::program,
             |addr| TcpStream::connect(addr).is_ok(),
+            &[],
         )
+    }
+
+    /// Starts it over TLS, with a server certificate for 127.0.0.1 signed
+    /// by a CA of the test's own (made with openssl): a store behind a
+    /// private CA, as `--ca-bundle` and `AWS_CA_BUNDLE` are for.
+    pub fn start_tls(dir: &Path, buckets: &[&str]) -> Gateway {
+        let tls = dir.join("tls");
+        std::fs::create_dir_all(&tls).unwrap();
+        let f = |n: &str| tls.join(n).to_str().unwrap().to_string();
+        std::fs::write(
+            tls.join("ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        let ssl = |args: &[&str]| {
+            let out = netem::testing::program("openssl")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        ssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=haul-test-ca",
+            "-keyout",
+            &f("ca.key"),
+            "-out",
+            &f("ca.pem"),
+        ]);
+        ssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=haul-test-s3",
+            "-keyout",
+            &f("key.pem"),
+            "-out",
+            &f("req.pem"),
+        ]);
+        ssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &f("req.pem"),
+            "-CA",
+            &f("ca.pem"),
+            "-CAkey",
+            &f("ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &f("ext"),
+            "-out",
+            &f("cert.pem"),
+        ]);
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut gw = Gateway::start_with(
+            dir,
+            buckets,
+            ("127.0.0.1", port),
+            netem::testing::program,
+            |addr| TcpStream::connect(addr).is_ok(),
+            &["--cert", &f("cert.pem"), "--key", &f("key.pem")],
+        );
+        gw.ca = Some(tls.join("ca.pem"));
+        gw
     }
 
     /// Starts it inside the emulator's namespace b, beside a daemon there.
@@ -81,6 +168,7 @@ impl Gateway {
                 let addr = addr.to_string();
                 emu.in_b(move || TcpStream::connect(addr.as_str())).is_ok()
             },
+            &[],
         )
     }
 
@@ -90,6 +178,7 @@ impl Gateway {
         (host, port): (&str, u16),
         launch: impl FnOnce(&str) -> Command,
         answers: impl Fn(&str) -> bool,
+        extra: &[&str],
     ) -> Gateway {
         let root = dir.join("s3");
         let home = dir.join("s3-home");
@@ -98,7 +187,9 @@ impl Gateway {
             std::fs::create_dir_all(root.join(b)).unwrap();
         }
         let child = launch(binary().to_str().unwrap())
-            .args(["--access", ACCESS, "--secret", SECRET, "--quiet", "--port"])
+            .args(["--access", ACCESS, "--secret", SECRET, "--quiet"])
+            .args(extra)
+            .arg("--port")
             .arg(format!("{host}:{port}"))
             .arg("posix")
             .arg(&root)
@@ -113,6 +204,7 @@ impl Gateway {
             port,
             root,
             home,
+            ca: None,
         };
         let t0 = Instant::now();
         while !answers(&format!("{host}:{port}")) {
@@ -126,7 +218,8 @@ impl Gateway {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}:{}", self.host, self.port)
+        let scheme = if self.ca.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.port)
     }
 
     /// Points `cmd` at this server with its credentials, and at no AWS
@@ -139,6 +232,7 @@ impl Gateway {
             .env("AWS_CONFIG_FILE", self.home.join("config"))
             .env("AWS_SHARED_CREDENTIALS_FILE", self.home.join("credentials"))
             .env_remove("AWS_PROFILE")
+            .env_remove("AWS_CA_BUNDLE")
             .env_remove("AWS_SESSION_TOKEN")
     }
 

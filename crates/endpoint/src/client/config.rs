@@ -138,6 +138,12 @@ pub struct ClientConfig {
     pub known_path: Option<KnownPath>,
     /// `--shard`: this push is one shard of a split transfer (P-42).
     pub shard: Option<wire::ShardSpec>,
+    /// What is sent and what `--delete` leaves alone (P-44): a push's
+    /// sources are selected before they are sent; a pull's by the server.
+    pub select: wire::Selection,
+    /// `--itemize-changes`: how each file differs from what was in place
+    /// is reported (P-44).
+    pub itemize: bool,
 }
 
 /// How the client reached the server.
@@ -150,4 +156,8 @@ pub enum Route {
     Ssh,
     /// A server started over ssh, data through the ssh channel (P-28).
     SshRelay,
+    /// Both ends in this process: a copy on one host.
+    Local,
+    /// No bytes moved by haul: the object store copied its objects itself.
+    InsideStore,
 }

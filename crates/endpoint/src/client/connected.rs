@@ -357,6 +357,11 @@ impl Connected {
                 Op::Push => self.cfg.shard.clone(),
                 Op::Pull | Op::Probe { .. } | Op::Tunnel => None,
             },
+            itemize: self.cfg.itemize && op == Op::Push,
+            select: match op {
+                Op::Push | Op::Pull => self.cfg.select.clone(),
+                Op::Probe { .. } | Op::Tunnel => wire::Selection::default(),
+            },
         }
     }
 

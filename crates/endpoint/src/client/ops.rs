@@ -148,6 +148,7 @@ impl Connected {
         };
         let mut session = SenderSession::new(entries, self.cfg.block_size, window_bytes);
         session.expect(&self.cfg.sync);
+        session.itemize = self.cfg.itemize;
         if gated {
             transfer::gate_sender(&mut session, &self.cfg.sync, sources, self.cfg.block_size)?;
         }
@@ -219,6 +220,7 @@ impl Connected {
             .with_zeros(scan.finish());
         let mut session = SenderSession::new(walked.entries, self.cfg.block_size, SEND_WINDOW);
         session.expect(&self.cfg.sync);
+        session.itemize = self.cfg.itemize;
         let how = Sending {
             rate: self.cfg.rate,
             compress: self.cfg.compress,
@@ -264,6 +266,11 @@ impl Connected {
             basis,
             cache: self.cfg.cache.clone(),
             contents,
+            select: transfer::selection(&self.cfg.select)?,
+            itemize: match self.cfg.itemize {
+                true => transfer::Itemize::Keep,
+                false => transfer::Itemize::Off,
+            },
         };
         let gated = opts.gated(sink.destination_exists());
         // Only what was asked for may arrive (S-5).
@@ -336,6 +343,7 @@ impl Connected {
             basis: None,
             cache: None,
             contents: false,
+            ..Default::default()
         };
         // Verified bytes over time, to tell the steady rate from the start.
         let progress = self.progress.clone();

@@ -54,6 +54,9 @@ pub struct Report {
     pub deleted: Vec<String>,
     /// Paths deleted past those listed in `deleted`.
     pub deleted_more: u64,
+    /// `--itemize-changes` (P-44): each file received, in the order the
+    /// receiver took them, and how it differed (`wire::CHANGE_*` bits).
+    pub changed: Vec<(String, u8)>,
     /// What the receiver noted about files (P-41): why a partial could
     /// not be resumed from, above all.
     pub notes: Vec<(wire::NoteKind, String)>,
@@ -126,6 +129,7 @@ impl Tail {
             listed_bytes: get(&p.listed_bytes),
             deleted: std::mem::take(&mut *p.deleted.lock().unwrap_or_else(|e| e.into_inner())),
             deleted_more: get(&p.deleted_more),
+            changed: std::mem::take(&mut *p.changed.lock().unwrap_or_else(|e| e.into_inner())),
             notes: std::mem::take(&mut *p.notes.lock().unwrap_or_else(|e| e.into_inner())),
             udp,
             duration: self.started.elapsed(),

@@ -75,7 +75,11 @@ impl super::Server {
                 l.keys
             }
             Err(e) => {
-                eprintln!("haul serve: SIGHUP: {e}; every new client is refused until it is fixed, and running sessions are ended");
+                super::log::say(
+                    super::log::Level::Error,
+                    "reload",
+                    &format!("SIGHUP: {e}; every new client is refused until it is fixed, and running sessions are ended"),
+                );
                 AuthorizedKeys::default()
             }
         };
@@ -94,11 +98,15 @@ impl super::Server {
                 );
             }
         }
-        eprintln!(
-            "haul serve: SIGHUP: {} authorized client key(s) in {}; {} running session(s) go on, {ended} ended (their key removed, or its options narrowed)",
-            authorized.len(),
-            path.display(),
-            verdicts.len() - ended,
+        super::log::say(
+            super::log::Level::Info,
+            "reload",
+            &format!(
+                "SIGHUP: {} authorized client key(s) in {}; {} running session(s) go on, {ended} ended (their key removed, or its options narrowed)",
+                authorized.len(),
+                path.display(),
+                verdicts.len() - ended,
+            ),
         );
     }
 

@@ -49,7 +49,12 @@ impl Buckets {
     }
 
     /// What a pull of `paths` sends.
-    pub fn sources(&self, paths: &[String], recursive: bool) -> Result<Objects, TransferError> {
+    pub fn sources(
+        &self,
+        paths: &[String],
+        recursive: bool,
+        select: &filter::Select,
+    ) -> Result<Objects, TransferError> {
         let mut entries: Vec<Entry> = Vec::new();
         let mut objects = Vec::new();
         let mut store_of: Option<(Arc<Store>, ObjectUrl)> = None;
@@ -63,7 +68,10 @@ impl Buckets {
                     ));
                 }
             }
-            let listed = object::list(&store, &url, recursive)?;
+            let mut listed = object::list(&store, &url, recursive)?;
+            if !select.is_all() {
+                listed.retain(&transfer::selected(select, &listed.entries));
+            }
             for s in &listed.skipped {
                 tracing::warn!("{s}");
             }
@@ -93,14 +101,14 @@ impl Buckets {
         dest: &str,
         many_sources: bool,
         contents: bool,
+        adding_only: bool,
     ) -> Result<Box<dyn BlockSink>, TransferError> {
         let (store, url) = self.locate(dest)?;
-        Ok(Box::new(ObjectSink::new(
-            store,
-            url,
-            many_sources,
-            contents,
-        )?))
+        let sink = ObjectSink::new(store, url, many_sources, contents)?;
+        Ok(Box::new(match adding_only {
+            true => sink.adding_only(),
+            false => sink,
+        }))
     }
 }
 

@@ -50,7 +50,8 @@ impl super::Server {
                 .collect::<Result<Vec<_>, _>>()?;
             let tree = Arc::new(root.tree()?);
             let top = root.path().file_name().map_or(&[][..], |n| n.as_bytes());
-            let w = walk_beneath(&tree, &sources, req.recursive, top)?;
+            let mut w = walk_beneath(&tree, &sources, req.recursive, top)?;
+            select(&mut w, req)?;
             let s = Sources::beneath(tree, w.paths.clone()).stamped(&w.entries, &w.inodes);
             return Ok((w, s));
         }
@@ -65,7 +66,8 @@ impl super::Server {
                 Ok(r)
             })
             .collect::<Result<Vec<_>, TransferError>>()?;
-        let w = walk(&paths, req.recursive)?;
+        let mut w = walk(&paths, req.recursive)?;
+        select(&mut w, req)?;
         let s = Sources::new(w.paths.clone()).stamped(&w.entries, &w.inodes);
         Ok((w, s))
     }
@@ -94,4 +96,13 @@ impl super::Server {
             Some(spec) => Box::new(shard::ShardSink::new(sink, spec, spec.status)?),
         })
     }
+}
+
+/// Leaves out of a pull what its request's selection does (P-44).
+fn select(w: &mut Walked, req: &Request) -> Result<(), TransferError> {
+    let select = transfer::selection(&req.select)?;
+    if !select.is_all() {
+        w.retain(&transfer::selected(&select, &w.entries));
+    }
+    Ok(())
 }

@@ -157,6 +157,8 @@ pub(super) mod tests {
             sync: Default::default(),
             basis: String::new(),
             shard: None,
+            select: wire::Selection::default(),
+            itemize: false,
         }
     }
 

@@ -11,6 +11,8 @@ use connect::error::TransferError;
 use connect::progress::Progress;
 use serde_json::json;
 
+use super::log::printable;
+
 /// What a session has told about itself so far.
 #[derive(Default)]
 struct Seen {
@@ -151,7 +153,13 @@ impl Record {
     ) -> Option<String> {
         let e = self.event(outcome, took)?;
         if json {
-            return Some(e.to_string());
+            let level = match outcome {
+                Ok(_) => super::log::Level::Info,
+                Err(_) => super::log::Level::Warn,
+            };
+            let mut fields = e.as_object().cloned().unwrap_or_default();
+            fields.remove("event");
+            return Some(super::log::json_line(level, "transfer", fields));
         }
         let outcome = if e["ok"] == true {
             "ok".to_string()
@@ -175,23 +183,6 @@ impl Record {
             took.as_secs_f64()
         ))
     }
-}
-
-/// `text` with every control character escaped (`\n`, `\u{1b}`), as a
-/// log line may carry it: text a client chose (a path, an error message)
-/// must not forge a line or a terminal sequence (issue 39).
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -47,7 +47,8 @@ impl super::Server {
                         "pull either object-store locations (s3://, gs://, az://) or files, not both at once",
                     ));
                 };
-                let (entries, sources, bytes) = b.sources(&req.paths, req.recursive)?;
+                let select = transfer::selection(&req.select)?;
+                let (entries, sources, bytes) = b.sources(&req.paths, req.recursive, &select)?;
                 self.sending(req, entries, sources, bytes)
             }
             Op::Pull => {
@@ -87,8 +88,8 @@ impl super::Server {
                 if req.shard.is_some() {
                     return Err(TransferError::new(ErrorCode::BadRequest, "a split transfer's shards fill files in a shared file system; into an object store, run it as one transfer"));
                 }
-                let sink = b.sink(&req.paths[0], req.many_sources, req.contents)?;
-                Ok(Side::Receive(sink, self.receiving(req, peer, None)))
+                let sink = b.sink(&req.paths[0], req.many_sources, req.contents, adding_only)?;
+                Ok(Side::Receive(sink, self.receiving(req, peer, None)?))
             }
             Op::Push => {
                 let dest = &req.paths[0];
@@ -105,7 +106,7 @@ impl super::Server {
                     files = files.adding_only();
                 }
                 let sink = self.receiving_sink(files, req.shard.as_ref())?;
-                Ok(Side::Receive(sink, self.receiving(req, peer, basis)))
+                Ok(Side::Receive(sink, self.receiving(req, peer, basis)?))
             }
         }
     }
@@ -136,8 +137,13 @@ impl super::Server {
         req: &Request,
         peer: &PublicKey,
         basis: Option<(std::path::PathBuf, std::sync::Arc<dyn store::Held>)>,
-    ) -> transfer::ReceiveOptions {
-        transfer::ReceiveOptions {
+    ) -> Result<transfer::ReceiveOptions, TransferError> {
+        Ok(transfer::ReceiveOptions {
+            select: transfer::selection(&req.select)?,
+            itemize: match req.itemize {
+                true => transfer::Itemize::Send,
+                false => transfer::Itemize::Off,
+            },
             sync: req.sync,
             basis,
             cache: self
@@ -146,7 +152,7 @@ impl super::Server {
                 .as_ref()
                 .and_then(|c| c.for_peer(&peer.fingerprint())),
             contents: req.contents,
-        }
+        })
     }
 }
 
@@ -224,6 +230,8 @@ impl super::Server {
                     known_rate: None,
                     answer: None,
                 };
+                // The manifest's bytes: a pull's total on the status page.
+                Progress::set(&progress.total_bytes, bytes);
                 let s = run_sender(
                     ctrl_r, ctrl_w, send_path, *session, &*sources, how_sent, &progress,
                 )?;

@@ -529,9 +529,25 @@ impl BlockSink for Sink {
                         .unwrap_or_default()
                         .to_vec(),
                 };
+                let st = rustix::fs::statat(
+                    &*dir,
+                    name.as_os_str(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .ok();
+                let is = |t| {
+                    st.as_ref()
+                        .is_some_and(|s| rustix::fs::FileType::from_raw_mode(s.st_mode) == t)
+                };
+                let file = st
+                    .as_ref()
+                    .filter(|_| is(rustix::fs::FileType::RegularFile))
+                    .map(|s| (s.st_size as u64, s.st_mtime));
                 out.push(Extraneous {
                     place: below,
                     shown,
+                    dir: is(rustix::fs::FileType::Directory),
+                    file,
                 });
             }
         }

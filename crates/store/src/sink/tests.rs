@@ -376,7 +376,10 @@ fn a_link_is_never_a_directory_to_fill_change_or_clean() {
         found,
         vec![Extraneous {
             place: b"d".to_vec(),
-            shown: b"d".to_vec()
+            shown: b"d".to_vec(),
+            // A link: neither a directory nor a file, and not followed.
+            dir: false,
+            file: None,
         }]
     );
     s.remove(&[b"d".to_vec()], false).unwrap();

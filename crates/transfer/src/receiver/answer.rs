@@ -57,9 +57,12 @@ impl Receiving<'_, '_> {
             let (size, secs, nsec) = f.stat().ok()?;
             Some((size, (secs, nsec), f))
         });
-        if self.opts.sync.update && q.size > 0 {
+        let sync = &self.opts.sync;
+        if (sync.update || sync.ignore_existing) && q.size > 0 {
             if let Some((size, mtime, held)) = &existing {
-                if *size == q.size && self.up_to_date(q.id, &**held, *mtime, &q)? {
+                let keep = sync.ignore_existing
+                    || (*size == q.size && self.up_to_date(q.id, &**held, *mtime, &q)?);
+                if keep {
                     let mut st = self.sh.lock();
                     st.skip(q.id)?;
                     Progress::add(&self.sh.progress.skipped_files, 1);
@@ -70,8 +73,31 @@ impl Receiving<'_, '_> {
                 }
             }
         }
+        let change = match &existing {
+            None => wire::CHANGE_NEW,
+            Some((size, mtime, _)) => {
+                let size = if *size != q.size {
+                    wire::CHANGE_SIZE
+                } else {
+                    0
+                };
+                // To the second, as rsync's letters say it.
+                let time = if mtime.0 != q.mtime.0 {
+                    wire::CHANGE_TIME
+                } else {
+                    0
+                };
+                let sum = if self.opts.sync.checksum {
+                    wire::CHANGE_SUM
+                } else {
+                    0
+                };
+                size | time | sum
+            }
+        };
         if self.opts.sync.dry_run {
             let mut st = self.sh.lock();
+            self.itemize(&mut st, &q, change);
             st.ready(q.id, Vec::new());
             self.sh
                 .progress
@@ -141,6 +167,7 @@ impl Receiving<'_, '_> {
         };
         let actions = {
             let mut st = self.sh.lock();
+            self.itemize(&mut st, &q, change);
             st.opened(q.id)?;
             st.hold(q.id, held);
             st.ready(q.id, ids);
@@ -148,6 +175,15 @@ impl Receiving<'_, '_> {
         };
         self.sh.cv.notify_all();
         self.execute(actions)
+    }
+
+    /// `--itemize-changes` (P-44): how the file differs, to where the
+    /// options say.
+    fn itemize(&self, st: &mut session::ReceiverSession, q: &Question, change: u8) {
+        let progress = self.sh.progress;
+        self.opts
+            .itemize
+            .tell(st, progress, (q.id, &q.path), change);
     }
 
     /// `--update`: the same size and modification time (to the second,

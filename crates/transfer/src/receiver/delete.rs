@@ -22,6 +22,10 @@ pub(crate) fn delete_extraneous(
     let dir_paths: Vec<Vec<u8>> = dirs.iter().map(|d| d.rel.clone()).collect();
     let partials = opts.sync.delete_partials;
     let mut found = sink.extraneous(&dir_paths, &keep, opts.contents, partials)?;
+    // What the selection leaves out is not the source's to delete (P-44).
+    if !opts.select.is_all() {
+        found.retain(|x| !left_out(&opts.select, x));
+    }
     if !opts.sync.dry_run {
         // What holds a partial another transfer has taken meanwhile stays
         // (P-41), and is not reported as removed.
@@ -38,4 +42,15 @@ pub(crate) fn delete_extraneous(
         .extend(rels.iter().map(|r| String::from_utf8_lossy(r).into_owned()));
     sh.lock().deleted(rels);
     Ok(())
+}
+
+/// Whether the selection leaves `x` out, judged by the receiver's own
+/// file (rclone's rule): by its name where the store told nothing more.
+fn left_out(select: &filter::Select, x: &store::Extraneous) -> bool {
+    let kind = match (x.dir, x.file) {
+        (true, _) => filter::Kind::Dir,
+        (false, Some((size, mtime))) => filter::Kind::File { size, mtime },
+        (false, None) => filter::Kind::Link,
+    };
+    !select.admits(&x.shown, kind)
 }

@@ -141,6 +141,11 @@ impl Receiving<'_, '_> {
                         self.sink.open_file(id, &path, &stamp)?;
                         self.forward_notes();
                         let mut st = self.sh.lock();
+                        // Not asked about: nothing was in place to compare.
+                        let progress = self.sh.progress;
+                        self.opts
+                            .itemize
+                            .tell(&mut st, progress, (id, &path), wire::CHANGE_NEW);
                         st.opened(id)?;
                         more.extend(Self::drain(&mut st));
                     }

@@ -206,6 +206,7 @@ fn run_sender_with(
     let mut st = sh.lock();
     *progress.listed.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.listed);
     *progress.deleted.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.deleted);
+    *progress.changed.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.changed);
     Progress::set(&progress.deleted_more, st.deleted_more);
     *progress.notes.lock().unwrap_or_else(|p| p.into_inner()) = std::mem::take(&mut st.notes);
     Progress::set(&progress.listed_bytes, st.listed_bytes);
