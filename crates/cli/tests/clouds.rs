@@ -68,7 +68,49 @@ per_cloud!(
     store_failures_have_their_own_exit_codes_and_leave_nothing,
     an_upload_killed_midway_resumes_with_only_the_missing_parts,
     a_daemon_serves_a_bucket_and_shards_read_one,
+    copies_on_this_host_into_out_of_and_inside_the_store,
 );
+
+/// Copies on one host (issue 41): a tree into the store and back with no
+/// daemon, and from one prefix to another: inside the store where it
+/// copies (GCS's rewrite), through this host where it does not (Azure
+/// here), with the times kept either way.
+fn copies_on_this_host_into_out_of_and_inside_the_store(cloud: &dyn Cloud) {
+    let env = Env::new();
+    let tree = env.local.join("t");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    write_file(&tree.join("big.bin"), &random_bytes((11 << 20) + 7, 4));
+    write_file(&tree.join("sub/small"), b"small");
+    let t = format!("{}/", tree.display());
+    let up = cp(&env, cloud, &["-r", "-p", "--json", &t, &cloud.url("a/")]);
+    ok(&up);
+    assert_eq!(json(&up)["route"], "local");
+    let inside = cp(
+        &env,
+        cloud,
+        &["-r", "--json", &cloud.url("a/"), &cloud.url("b/")],
+    );
+    ok(&inside);
+    let route = json(&inside)["route"].clone();
+    match cloud.url("").starts_with("gs://") {
+        true => assert_eq!(
+            (route, json(&inside)["wire_bytes"].clone()),
+            ("inside-store".into(), 0.into())
+        ),
+        false => assert_eq!(route, "local"),
+    }
+    // The copies kept their times: nothing to send again.
+    let again = sync(&env, cloud, &[&cloud.url("a/"), &cloud.url("b/")]);
+    assert_eq!(again["skipped_files"], 2, "{again}");
+    let back = env.local.join("back");
+    ok(&cp(
+        &env,
+        cloud,
+        &["-r", "-p", &cloud.url("b/"), back.to_str().unwrap()],
+    ));
+    assert!(fs::read(back.join("big.bin")).unwrap() == random_bytes((11 << 20) + 7, 4));
+    assert_eq!(fs::read(back.join("sub/small")).unwrap(), b"small");
+}
 
 fn files_in_many_parts_and_trees_with_times_round_trip(cloud: &dyn Cloud) {
     let env = Env::new();

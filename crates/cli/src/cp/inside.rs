@@ -1,5 +1,5 @@
 //! A copy between two locations of one object store, made by the store
-//! itself (S3's CopyObject): no byte travels through haul. Taken for a
+//! itself (S3's CopyObject, GCS's rewrite): no byte travels through haul. Taken for a
 //! plain `cp` whose store offers it; everything else (`sync`'s rules,
 //! shards, a store that copies nothing so) moves the bytes instead.
 
