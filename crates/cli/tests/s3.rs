@@ -327,6 +327,10 @@ fn an_upload_killed_midway_resumes_with_only_the_missing_parts() {
     child.kill().unwrap();
     child.wait().unwrap();
     let journaled = parts() as u64;
+    // The client may stop after the store took a part but before it
+    // journals the answer: that part is still taken over, its CRC32C
+    // from the line written as it went out completing the upload.
+    forget_last_answer(&journals);
     assert!(
         !gw.object("bkt", "big.bin").exists(),
         "nothing under the key before the upload completes"

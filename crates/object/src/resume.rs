@@ -3,8 +3,11 @@
 //! (`$HAUL_HOME/s3-uploads`, for every store) says which source version they hold, and
 //! each block's hash, so that the sender checks them as it checks a
 //! partial file's (P-35) and sends only the rest. One file per key:
-//! a header, then one line per part the store has, appended as each is
-//! sent and its blocks verified; a torn last line is ignored.
+//! a header, then a `sending` line as each part goes out (its CRC32C and
+//! blocks' hashes) and a `part` line once the store has it and its blocks
+//! are verified; a torn last line is ignored. A part the store lists
+//! whole that only a `sending` line names is kept too: the store took it
+//! before the client could write the answer.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -32,9 +35,14 @@ pub struct Header {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartLine {
     pub number: u32,
+    /// Empty on a `sending` line: the store has not answered yet.
     pub etag: String,
     pub crc: Option<String>,
     pub hashes: Vec<[u8; 32]>,
+    /// Written as the part goes out, before the store has it: a part the
+    /// store then lists whole under this number is these bytes (a store
+    /// lists only parts it took entire).
+    pub sending: bool,
 }
 
 /// Where the journal of `url` at `endpoint` lives under `dir`.
@@ -109,20 +117,26 @@ impl Header {
 impl PartLine {
     fn line(&self) -> String {
         let hashes: String = self.hashes.iter().map(|h| hex(h)).collect();
-        format!(
-            "part {} {} {} {hashes}\n",
-            self.number,
-            hex(self.etag.as_bytes()),
-            self.crc
-                .as_deref()
-                .map_or_else(|| "-".to_string(), |c| hex(c.as_bytes()))
-        )
+        let crc = self
+            .crc
+            .as_deref()
+            .map_or_else(|| "-".to_string(), |c| hex(c.as_bytes()));
+        match self.sending {
+            true => format!("sending {} {crc} {hashes}\n", self.number),
+            false => format!(
+                "part {} {} {crc} {hashes}\n",
+                self.number,
+                hex(self.etag.as_bytes()),
+            ),
+        }
     }
 
     fn parse(line: &str, header: &Header) -> Option<PartLine> {
         let w: Vec<&str> = line.split_whitespace().collect();
-        let ["part", number, etag, crc, hashes] = w.as_slice() else {
-            return None;
+        let (sending, number, etag, crc, hashes) = match w.as_slice() {
+            ["part", number, etag, crc, hashes] => (false, number, *etag, crc, hashes),
+            ["sending", number, crc, hashes] => (true, number, "", crc, hashes),
+            _ => return None,
         };
         let number: u32 = number.parse().ok()?;
         let index = u64::from(number).checked_sub(1)?;
@@ -134,6 +148,7 @@ impl PartLine {
             return None;
         }
         Some(PartLine {
+            sending,
             number,
             etag: text(etag)?,
             crc: match *crc {
@@ -262,21 +277,30 @@ mod tests {
         );
         let j = Journal::create(p.clone(), &h).unwrap();
         let part = |n: u32, blocks: usize| PartLine {
+            sending: false,
             number: n,
             etag: format!("\"etag{n}\""),
             crc: (n == 1).then(|| "AAAA==".to_string()),
             hashes: (0..blocks).map(|i| [i as u8; 32]).collect(),
         };
+        // A part journaled as it went out, before the store answered.
+        let sending = PartLine {
+            sending: true,
+            etag: String::new(),
+            crc: Some("BBBB==".into()),
+            ..part(2, 8)
+        };
         j.append(&part(1, 8));
+        j.append(&sending);
         j.append(&part(3, 5));
         let (back, parts) = read(&p).unwrap();
         assert_eq!(back, h);
-        assert_eq!(parts, vec![part(1, 8), part(3, 5)]);
+        assert_eq!(parts, vec![part(1, 8), sending, part(3, 5)]);
         // A line cut short, a part of the wrong length: ignored.
         let mut body = fs::read_to_string(&p).unwrap();
         body.push_str("part 2 00");
         fs::write(&p, &body).unwrap();
-        assert_eq!(read(&p).unwrap().1.len(), 2);
+        assert_eq!(read(&p).unwrap().1.len(), 3);
         fs::write(&p, h.line() + &part(2, 3).line()).unwrap();
         assert!(read(&p).unwrap().1.is_empty());
         assert_eq!(headers(dir.path()), vec![h]);

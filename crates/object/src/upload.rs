@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
+use base64::Engine;
 use bytes::Bytes;
 use store::{StoreError, StoreErrorKind};
 
@@ -70,6 +71,19 @@ struct State {
     journal: Option<Arc<Journal>>,
     /// Never to be resumed: the source changed under it.
     spoiled: bool,
+}
+
+/// The lines a resume goes by: each part's answered line where there is
+/// one, else the line written as it went out.
+fn taken_over(lines: Vec<PartLine>) -> Vec<PartLine> {
+    let mut by_number: BTreeMap<u32, PartLine> = BTreeMap::new();
+    for l in lines {
+        let keep_old = by_number.get(&l.number).is_some_and(|o| !o.sending);
+        if !keep_old {
+            by_number.insert(l.number, l);
+        }
+    }
+    by_number.into_values().collect()
 }
 
 /// One object being written.
@@ -157,15 +171,19 @@ impl Upload {
         });
         let mut st = up.lock();
         st.id = Some(h.upload_id.clone());
-        for l in lines {
+        for mut l in taken_over(lines) {
             let index = l.number - 1;
             let whole = up.part_len(u64::from(index));
-            if listed
-                .get(&l.number)
-                .is_none_or(|(etag, len)| *etag != l.etag || *len != whole)
-            {
+            let Some((etag, len)) = listed.get(&l.number) else {
+                continue;
+            };
+            // A part sent and journaled: the store's tag is the one it
+            // gave. A part journaled as it went out: the store lists only
+            // parts it took whole, so one of its length is those bytes.
+            if *len != whole || (!l.sending && *etag != l.etag) {
                 continue;
             }
+            l.etag = etag.clone();
             let first = (u64::from(index) * up.part / u64::from(block)) as u32;
             st.held.extend(
                 l.hashes
@@ -249,6 +267,7 @@ impl Upload {
             return;
         }
         journal.append(&PartLine {
+            sending: false,
             number,
             etag: sent.tag.clone(),
             crc: sent.crc.clone(),
@@ -382,6 +401,7 @@ impl Upload {
 
     fn send_part(self: &Arc<Self>, index: u32, buf: Vec<u8>) -> Result<(), StoreError> {
         let id = self.upload_id()?;
+        self.journal_sending(index, &buf);
         // Its MiB of the bytes in flight (crate::store::UPLOAD_MIB).
         let mib = (buf.len().div_ceil(1 << 20) as u32).clamp(1, crate::store::UPLOAD_MIB);
         let permit = self
@@ -421,6 +441,41 @@ impl Upload {
             me.changed.notify_all();
         });
         Ok(())
+    }
+
+    /// Journals part `index` as it goes out (a `sending` line): its
+    /// CRC32C and its blocks' hashes, those not verified yet hashed from
+    /// `buf`. Should the client stop before the store answers, a part the
+    /// store lists whole under this number is these very bytes, and a
+    /// resume keeps it as it keeps a part journaled after the answer.
+    fn journal_sending(&self, index: u32, buf: &[u8]) {
+        let (journal, known) = {
+            let st = self.lock();
+            let Some(j) = st.journal.clone() else {
+                return;
+            };
+            (j, st.hashes.get(&index).cloned().unwrap_or_default())
+        };
+        let block = self.block as usize;
+        let hashes = buf
+            .chunks(block.max(1))
+            .enumerate()
+            .map(|(i, b)| {
+                known
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .unwrap_or_else(|| session::block_hash(b))
+            })
+            .collect();
+        let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, buf) as u32;
+        journal.append(&PartLine {
+            sending: true,
+            number: index + 1,
+            etag: String::new(),
+            crc: Some(base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())),
+            hashes,
+        });
     }
 
     /// Waits for the parts in flight; says what failed, if anything.
@@ -560,5 +615,39 @@ mod tests {
         assert_eq!(ps(100 * mib, 1 << 20, l.min_part), Ok(5 * mib));
         // Odd block sizes still make whole blocks per part.
         assert!(ps(mib, 3 << 20, PART).unwrap().is_multiple_of(3 << 20));
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::*;
+
+    fn line(number: u32, sending: bool) -> PartLine {
+        PartLine {
+            sending,
+            number,
+            etag: if sending {
+                String::new()
+            } else {
+                format!("e{number}")
+            },
+            crc: None,
+            hashes: vec![[number as u8; 32]],
+        }
+    }
+
+    /// A part's answered line wins over the line written as it went out,
+    /// whichever came first; a part only sent is still taken over.
+    #[test]
+    fn answered_lines_win_and_sent_ones_count() {
+        let got = taken_over(vec![
+            line(1, true),
+            line(1, false),
+            line(2, true),
+            line(3, false),
+            line(3, true),
+        ]);
+        let shown: Vec<(u32, bool)> = got.iter().map(|l| (l.number, l.sending)).collect();
+        assert_eq!(shown, [(1, false), (2, true), (3, false)]);
     }
 }

@@ -376,3 +376,28 @@ pub fn drain(mut r: Box<dyn std::io::Read + Send>) -> std::thread::JoinHandle<Ve
         v
     })
 }
+
+/// Drops the last answered part (`part N ...`) from the one upload
+/// journal in `journals`, as a client stopped between the store taking
+/// the part and the journal saying so leaves it: only the `sending N`
+/// line written as the part went out remains for it.
+pub fn forget_last_answer(journals: &Path) {
+    let journal = fs::read_dir(journals)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = fs::read_to_string(&journal).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let last = lines.iter().rposition(|l| l.starts_with("part ")).unwrap();
+    let number = lines[last].split_whitespace().nth(1).unwrap().to_string();
+    lines.remove(last);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("sending {number} "))),
+        "part {number} was journaled as it went out: {text}"
+    );
+    fs::write(&journal, lines.join("\n") + "\n").unwrap();
+}
