@@ -3,6 +3,9 @@
 
 use thiserror::Error;
 
+/// Longest relative path or symlink target a message carries.
+pub const MAX_PATH_LEN: usize = 4096;
+
 /// Why a byte string could not be decoded. Every variant is the peer's fault.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum DecodeError {

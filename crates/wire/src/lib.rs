@@ -6,6 +6,7 @@
 //! ends the session (with an `Error` message to the peer where the control
 //! connection still works).
 
+mod asked;
 mod block;
 mod buf;
 pub mod bundle;
