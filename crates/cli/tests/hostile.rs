@@ -1398,3 +1398,27 @@ fn pull_decompression_bomb() {
     assert_refused(&ran, &[5, 10, 11], case.name);
     case.finish();
 }
+
+/// A hostile client's selection (P-44): a rule that does not compile, and
+/// rules past their bytes together, are refused as the request is read;
+/// the daemon goes on.
+#[test]
+fn hostile_selection_is_refused_and_the_daemon_goes_on() {
+    let case = Case::new("hostile: selection", &[]);
+    let mut bad = push("dst");
+    bad.select.rules = vec!["- [".into()];
+    let refused = case.hostile(false).request(bad);
+    assert!(
+        refused.is_err(),
+        "a rule that does not compile was accepted"
+    );
+    let mut big = push("dst");
+    big.select.rules = vec![format!("- {}", "x".repeat(4000)); 70];
+    let refused = case.hostile(false).request(big);
+    assert!(
+        refused.is_err(),
+        "rules past MAX_FILTER_BYTES were accepted"
+    );
+    case.daemon.assert_alive(case.name);
+    case.finish();
+}

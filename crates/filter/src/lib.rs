@@ -29,6 +29,8 @@ pub use rules::{from_file, Rule, RuleError, Rules};
 pub const MAX_RULES: usize = 4096;
 /// Longest rule, in bytes.
 pub const MAX_RULE_LEN: usize = 4096;
+/// All rules together, in bytes (as written on the wire: `- PATTERN`).
+pub const MAX_RULES_BYTES: usize = 256 << 10;
 
 /// What a path is, for the selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

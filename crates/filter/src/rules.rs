@@ -7,7 +7,7 @@ use std::path::Path;
 
 use globset::{GlobBuilder, GlobMatcher};
 
-use crate::{MAX_RULES, MAX_RULE_LEN};
+use crate::{MAX_RULES, MAX_RULES_BYTES, MAX_RULE_LEN};
 
 /// A rule that cannot be used, said for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +130,13 @@ impl Rules {
             return Err(RuleError(format!(
                 "{} filter rules; at most {MAX_RULES} may be given",
                 rules.len()
+            )));
+        }
+        let bytes: usize = rules.iter().map(|r| r.pattern.len() + 2).sum();
+        if bytes > MAX_RULES_BYTES {
+            return Err(RuleError(format!(
+                "the filter rules take {bytes} bytes; at most {} KiB may be given",
+                MAX_RULES_BYTES >> 10
             )));
         }
         Ok(Rules { rules })

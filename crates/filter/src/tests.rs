@@ -106,6 +106,11 @@ fn rules_are_parsed_as_rsync_writes_them() {
     // The wire's form comes back as it went.
     let r = Rules::from_lines(&lines).unwrap();
     assert_eq!(r.lines(), lines);
+    let too_long = vec![format!("- {}", "a".repeat(4000)); 70];
+    assert!(
+        Rules::from_lines(&too_long).is_err(),
+        "past MAX_RULES_BYTES"
+    );
     let too_many = vec!["- a".to_string(); MAX_RULES + 1];
     assert!(Rules::from_lines(&too_many).is_err());
 }

@@ -8,6 +8,9 @@ use crate::buf::{DecodeError, Reader, MAX_PATH_LEN};
 pub const MAX_FILTER_RULES: usize = 4096;
 /// Longest filter rule, in bytes.
 pub const MAX_FILTER_RULE_LEN: usize = 4096;
+/// All of a request's rules together, in bytes: what a server compiles
+/// for one session stays small, whatever the count.
+pub const MAX_FILTER_BYTES: usize = 256 << 10;
 
 /// What a transfer selects (P-44): rsync's filter rules, each `- PATTERN`
 /// or `+ PATTERN`, first match deciding; files outside a size range or
@@ -148,8 +151,14 @@ pub(crate) fn decode_selection(r: &mut Reader) -> Result<Selection, DecodeError>
         return Err(DecodeError::Invalid("filter rule count"));
     }
     let mut rules = Vec::with_capacity(n);
+    let mut total = 0;
     for _ in 0..n {
-        rules.push(r.string("filter rule", MAX_FILTER_RULE_LEN)?);
+        let rule = r.string("filter rule", MAX_FILTER_RULE_LEN)?;
+        total += rule.len();
+        if total > MAX_FILTER_BYTES {
+            return Err(DecodeError::Invalid("filter rule bytes"));
+        }
+        rules.push(rule);
     }
     Ok(Selection {
         rules,

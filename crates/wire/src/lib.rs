@@ -28,7 +28,7 @@ pub use error_code::{ErrorCode, TransferError};
 pub use msg::{ChunkId, Entry, EntryKind, Msg, Op, Request, Summary, SyncOptions};
 pub use msg::{NoteKind, MAX_NOTES};
 pub use msg::{Piece, ShardSpec, MAX_PIECES, MAX_SHARDS};
-pub use msg::{Selection, MAX_FILTER_RULES, MAX_FILTER_RULE_LEN};
+pub use msg::{Selection, MAX_FILTER_BYTES, MAX_FILTER_RULES, MAX_FILTER_RULE_LEN};
 pub use msg::{CACHE_FILE, DELETED_PER_MESSAGE, HAVE_PER_MESSAGE, MAX_PATH_LEN, MAX_PROBE_BYTES};
 pub use msg::{CHANGE_NEW, CHANGE_SIZE, CHANGE_SUM, CHANGE_TIME};
 pub use msg::{COMPRESS_AUTO, COMPRESS_LZ4, COMPRESS_NONE, COMPRESS_ZSTD};

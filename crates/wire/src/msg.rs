@@ -3,8 +3,8 @@
 
 use crate::asked::{decode_selection, decode_shard};
 pub use crate::asked::{
-    Piece, Selection, ShardSpec, SyncOptions, MAX_FILTER_RULES, MAX_FILTER_RULE_LEN, MAX_PIECES,
-    MAX_SHARDS,
+    Piece, Selection, ShardSpec, SyncOptions, MAX_FILTER_BYTES, MAX_FILTER_RULES,
+    MAX_FILTER_RULE_LEN, MAX_PIECES, MAX_SHARDS,
 };
 use crate::buf::{DecodeError, Reader, Writer};
 use crate::error_code::ErrorCode;

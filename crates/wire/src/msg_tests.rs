@@ -377,6 +377,10 @@ fn a_selection_and_changes_are_bounded() {
     };
     let most = with(vec!["- *.o".to_string(); MAX_FILTER_RULES]);
     assert_eq!(Msg::decode(&most.encode()).unwrap(), most);
+    // Long rules: within each one's bound, but not all together.
+    let long = |n| with(vec![format!("- {}", "x".repeat(1022)); n]);
+    assert!(Msg::decode(&long(MAX_FILTER_BYTES / 1024).encode()).is_ok());
+    assert!(Msg::decode(&long(MAX_FILTER_BYTES / 1024 + 1).encode()).is_err());
     assert!(Msg::decode(&with(vec!["- a".to_string(); MAX_FILTER_RULES + 1]).encode()).is_err());
     let long = format!("- {}", "a".repeat(MAX_FILTER_RULE_LEN));
     assert!(Msg::decode(&with(vec![long]).encode()).is_err());
