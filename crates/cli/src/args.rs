@@ -765,6 +765,26 @@ pub struct KeygenArgs {
     pub import: Option<PathBuf>,
 }
 
+impl SelectArgs {
+    /// What the selection options leave out, as a request carries it
+    /// (P-44): one form for `cp`, `sync` and `plan`, whose plan must be
+    /// the shards' own. The rules were checked when the command line was
+    /// read; `--max-age` counts from now.
+    pub fn wire(&self) -> wire::Selection {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        wire::Selection {
+            rules: self.rules.clone(),
+            min_size: self.min_size.unwrap_or(0),
+            max_size: self.max_size.unwrap_or(u64::MAX),
+            not_before: self
+                .max_age
+                .map_or(i64::MIN, |age| now.saturating_sub(age.as_secs() as i64)),
+        }
+    }
+}
+
 /// Slurm's time limit: minutes, or `[D-]HH:MM[:SS]`.
 fn parse_slurm_time(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()

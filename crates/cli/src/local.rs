@@ -61,8 +61,6 @@ pub fn start(cfg: &mut ClientConfig, r: Receiving) -> Result<(), TransferError> 
     if cfg.compress == codec::Mode::Auto {
         cfg.compress = codec::Mode::Fixed(codec::Codec::None);
     }
-    cfg.advice = None;
-    cfg.known_path = None;
     cfg.tuning.force_buffer = None;
     let server = ServerConfig {
         transfer_log: endpoint::TransferLog::Silent,

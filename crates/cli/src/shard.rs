@@ -210,13 +210,7 @@ fn plan(a: &PlanArgs, raw: &[String]) -> Result<String, TransferError> {
         ),
         _ => e,
     })?;
-    let select = wire::Selection {
-        rules: a.cp.select.rules.clone(),
-        min_size: a.cp.select.min_size.unwrap_or(0),
-        max_size: a.cp.select.max_size.unwrap_or(u64::MAX),
-        ..Default::default()
-    };
-    let select = transfer::selection(&select)?;
+    let select = transfer::selection(&a.cp.select.wire())?;
     if !select.is_all() {
         walked.retain(&transfer::selected(&select, &walked.entries));
     }

@@ -34,7 +34,7 @@ pub(super) fn copy(
     let to = backends::parse(to).map_err(usage)?;
     let store = backends::connect(from, &a.s3.settings())?;
     let mut listed = object::list(&store, from, a.recursive)?;
-    let select = super::resolve::selection(a);
+    let select = a.select.wire();
     if let Some(keep) = super::resolve::selected(&select, &listed.entries)? {
         listed.retain(&keep);
     }

@@ -32,7 +32,7 @@ pub(super) fn resolve(a: &CpArgs, plan: &Plan) -> Result<Resolved, TransferError
     let is_pull = matches!(plan, Plan::Pull { .. });
     let shard = crate::shard::assigned(a)?;
     check(a, is_pull, reach.ssh, shard.is_some())?;
-    let cfg = client_config(a, &reach, is_pull)?;
+    let cfg = client_config(a, &reach, is_pull, true)?;
     let remote_extra = match (&a.cache.cache, is_pull) {
         (Some(dir), false) => format!(
             " --cache {} --cache-size {}",
@@ -66,7 +66,7 @@ fn here(a: &CpArgs) -> Result<Resolved, TransferError> {
         },
         ssh: true,
     };
-    let mut cfg = client_config(a, &reach, false)?;
+    let mut cfg = client_config(a, &reach, false, false)?;
     let cache = match &a.cache.cache {
         Some(dir) => {
             store::cache::open_for_transfer(dir, a.cache.cache_size)?.map(std::sync::Arc::new)
@@ -115,10 +115,15 @@ fn check(a: &CpArgs, is_pull: bool, ssh: bool, sharded: bool) -> Result<(), Tran
     }
 }
 
-/// The client's configuration: the options, what `haul probe` saved for
-/// this host where the user left the choices to haul (P-36), and the
-/// path known from earlier transfers.
-fn client_config(a: &CpArgs, reach: &Reach, is_pull: bool) -> Result<ClientConfig, TransferError> {
+/// The client's configuration: the options and, where `remembered` (a
+/// remote host), what `haul probe` saved for it where the user left the
+/// choices to haul (P-36), and the path known from earlier transfers.
+fn client_config(
+    a: &CpArgs,
+    reach: &Reach,
+    is_pull: bool,
+    remembered: bool,
+) -> Result<ClientConfig, TransferError> {
     let cache = match (&a.cache.cache, is_pull) {
         (Some(dir), true) => {
             store::cache::open_for_transfer(dir, a.cache.cache_size)?.map(std::sync::Arc::new)
@@ -130,7 +135,7 @@ fn client_config(a: &CpArgs, reach: &Reach, is_pull: bool) -> Result<ClientConfi
         TransportArg::Udp => Transport::Udp,
         TransportArg::Auto => Transport::Auto,
     };
-    let advice = (transport == Transport::Auto && a.streams.is_none())
+    let advice = (remembered && transport == Transport::Auto && a.streams.is_none())
         .then(|| crate::probe::saved(&reach.peer, reach.ssh))
         .flatten();
     if let Some(adv) = &advice {
@@ -160,12 +165,14 @@ fn client_config(a: &CpArgs, reach: &Reach, is_pull: bool) -> Result<ClientConfi
             ignore_existing: a.select.ignore_existing,
             ..Default::default()
         },
-        select: selection(a),
+        select: a.select.wire(),
         itemize: a.select.itemize_changes || a.common.verbose > 0,
         basis: a.basis.clone(),
         cache,
         advice,
-        known_path: crate::known_paths::load(&reach.peer, reach.ssh),
+        known_path: remembered
+            .then(|| crate::known_paths::load(&reach.peer, reach.ssh))
+            .flatten(),
         ..reach.config(&a.conn, protection)?
     })
 }
@@ -179,23 +186,6 @@ fn show(a: &CpArgs) -> Show {
         Show::Always
     } else {
         Show::OnTerminal
-    }
-}
-
-/// What the selection options leave out, as the request carries it
-/// (P-44); the rules were checked when the command line was read.
-pub(super) fn selection(a: &CpArgs) -> wire::Selection {
-    let s = &a.select;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    wire::Selection {
-        rules: s.rules.clone(),
-        min_size: s.min_size.unwrap_or(0),
-        max_size: s.max_size.unwrap_or(u64::MAX),
-        not_before: s
-            .max_age
-            .map_or(i64::MIN, |age| now.saturating_sub(age.as_secs() as i64)),
     }
 }
 
