@@ -41,14 +41,20 @@ impl Level {
     }
 }
 
-/// Now, as RFC 3339 in UTC to the microsecond.
+/// Now, as RFC 3339 in UTC to the microsecond, always six digits of
+/// them (a fixed width: lines sort and align as text).
 pub fn timestamp() -> String {
-    use time::format_description::well_known::Rfc3339;
-    let now = time::OffsetDateTime::now_utc();
-    let now = now
-        .replace_nanosecond(now.nanosecond() / 1000 * 1000)
-        .unwrap_or(now);
-    now.format(&Rfc3339).unwrap_or_default()
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
 }
 
 /// One JSON line: `timestamp`, `level`, `event`, then `fields` (a
