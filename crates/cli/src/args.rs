@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::units::{parse_age, parse_size};
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -59,6 +60,10 @@ pub enum Command {
     /// per shard) or a Kubernetes Indexed Job that runs them.
     #[command(after_help = PLAN_HELP)]
     Plan(PlanArgs),
+    /// The transfers a daemon runs on its own for this key (submitted
+    /// with `cp --detach`, or between two daemons): list, show, follow,
+    /// cancel, pause, resume, retry.
+    Jobs(JobsArgs),
     /// Print a shell's completions for haul, from these very flags:
     /// `haul completions bash > /etc/bash_completion.d/haul`.
     Completions(CompletionsArgs),
@@ -436,6 +441,8 @@ pub struct CpArgs {
     #[command(flatten)]
     pub select: SelectArgs,
     #[command(flatten)]
+    pub managed: crate::managed::args::ManagedArgs,
+    #[command(flatten)]
     pub conn: ConnectArgs,
     #[command(flatten)]
     pub s3: S3Args,
@@ -665,6 +672,8 @@ pub struct ServeArgs {
     /// for a log collector.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub jobs: crate::managed::args::ServeJobArgs,
     /// The directory tree to serve; nothing outside it is read or written.
     /// Optional with --stdio, where paths are otherwise the login's own
     /// (and `s3://` paths reach the stores this login's credentials do).
@@ -814,25 +823,6 @@ fn parse_quantity(s: &str) -> Result<String, String> {
     }
 }
 
-/// An age as rclone writes one: a number and s, m, h, d or w.
-fn parse_age(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let unit = match t.chars().last() {
-        Some('s') => 1,
-        Some('m') => 60,
-        Some('h') => 3600,
-        Some('d') => 86400,
-        Some('w') => 7 * 86400,
-        _ => 0,
-    };
-    let num = if unit == 0 { t } else { &t[..t.len() - 1] };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|v| v.checked_mul(unit.max(1)))
-        .map(std::time::Duration::from_secs)
-        .ok_or_else(|| format!("{s:?} is not an age; write it like 90s, 30m, 12h, 7d or 2w"))
-}
-
 /// The selection options of a `cp` or `sync` command line as rules, in
 /// the order the user gave them (rsync's first-match rule needs it).
 pub fn ordered_rules(m: &clap::ArgMatches) -> Result<Vec<String>, String> {
@@ -891,21 +881,6 @@ fn parse_storage_class(s: &str) -> Result<String, String> {
     }
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 10),
-        Some('M') => (&t[..t.len() - 1], 20),
-        Some('G') => (&t[..t.len() - 1], 30),
-        Some('T') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|v| v.checked_mul(1 << shift))
-        .ok_or_else(|| format!("{s:?} is not a size; write it like 10G, 500M or 4096"))
-}
-
 fn parse_part_size(s: &str) -> Result<u64, String> {
     let v = parse_size(s)?;
     let l = object::api::S3_LIMITS;
@@ -947,4 +922,25 @@ fn parse_block_size(s: &str) -> Result<u32, String> {
         return Err(format!("block size {s} is outside 64K..16M"));
     }
     Ok(v as u32)
+}
+
+/// `haul jobs`.
+#[derive(Args)]
+pub struct JobsArgs {
+    /// `list [HOST]` (the default), or `show`, `follow`, `cancel`,
+    /// `pause`, `resume`, `retry` with a job id. Without a HOST, jobs
+    /// submitted from here are looked up on their daemons.
+    #[arg(value_name = "ACTION [ID|HOST]")]
+    pub words: Vec<String>,
+    /// The daemon that holds the job (HOST or HOST:PORT), when it was
+    /// not submitted from here.
+    #[arg(long, value_name = "HOST")]
+    pub on: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub conn: ConnectArgs,
+    #[command(flatten)]
+    pub common: Common,
 }

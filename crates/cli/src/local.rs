@@ -85,6 +85,9 @@ pub fn start(cfg: &mut ClientConfig, r: Receiving) -> Result<(), TransferError> 
         prekeyed: None,
         buckets: Some(Arc::new(Buckets::Named(r.settings))),
         reload: None,
+        state: None,
+        notify: Default::default(),
+        max_jobs: 1,
     };
     cfg.identity = identity;
     std::thread::Builder::new()

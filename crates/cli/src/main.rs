@@ -11,6 +11,7 @@ mod known_paths;
 mod local;
 mod location;
 mod logging;
+mod managed;
 mod manual;
 mod out;
 mod probe;
@@ -20,6 +21,7 @@ mod serve;
 mod shard;
 mod taste;
 mod tunnel;
+mod units;
 
 use clap::{CommandFactory, FromArgMatches};
 
@@ -39,6 +41,7 @@ fn main() {
             }
         }
         args::Command::Serve(a) => serve::run(a),
+        args::Command::Jobs(a) => managed::jobs_command(a),
         args::Command::Keygen(a) => serve::keygen(a),
         args::Command::Doctor(a) => doctor::run(a),
         args::Command::Taste(a) => taste::run(a),

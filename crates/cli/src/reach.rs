@@ -153,6 +153,7 @@ impl Reach {
             shard: None,
             select: wire::Selection::default(),
             itemize: false,
+            relay: None,
         })
     }
 

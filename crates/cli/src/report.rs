@@ -22,6 +22,20 @@ pub enum Show {
     Always,
 }
 
+impl Show {
+    /// What the options ask: `--quiet` never, `--progress` always,
+    /// `--json` never, otherwise on a terminal.
+    pub fn of(quiet: bool, json: bool, progress: bool) -> Show {
+        if quiet || (json && !progress) {
+            Show::Never
+        } else if progress {
+            Show::Always
+        } else {
+            Show::OnTerminal
+        }
+    }
+}
+
 /// A progress bar fed from the engine's counters by a small thread.
 pub struct Bar {
     stop: Arc<AtomicBool>,

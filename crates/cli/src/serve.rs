@@ -222,6 +222,17 @@ pub fn run(a: ServeArgs) -> i32 {
         prekeyed: None,
         buckets,
         reload: Some(std::sync::Mutex::new(reload_on_hangup())),
+        state: (!a.jobs.no_jobs).then(|| {
+            a.jobs
+                .state
+                .clone()
+                .unwrap_or_else(|| crate::home::dir().join("state"))
+        }),
+        notify: jobs::spec::Notify {
+            exec: a.jobs.notify_exec.clone(),
+            url: a.jobs.notify_url.clone(),
+        },
+        max_jobs: a.jobs.max_jobs.max(1),
     };
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;

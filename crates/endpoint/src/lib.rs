@@ -17,8 +17,8 @@ pub mod client;
 pub mod server;
 
 pub use client::{
-    Advice, ClientConfig, Connected, KnownPath, ProbeRun, Report, Route, ServerTrust, Transport,
-    UdpReport,
+    Advice, ClientConfig, Connected, GrantAsk, JobSession, KnownPath, ProbeRun, Report, Route,
+    ServerTrust, Transport, UdpReport,
 };
 pub use server::{map_large_buffers, serve, ClientKeys, ServerConfig, TransferLog};
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use secure::{Keypair, PublicKey};
 use store::Root;
-use wire::{ConnKind, Msg, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
+use wire::{ConnKind, Msg, Op, Request, PROTOCOL_VERSION, TRANSPORT_UDP};
 
 use connect::error::TransferError;
 use connect::framed::FrameWriter;
@@ -28,8 +28,12 @@ mod access;
 mod admission;
 pub mod admit;
 pub mod bucket;
+mod budget;
 mod files;
 mod gather;
+mod grants;
+mod job_run;
+mod jobs;
 use gather::gather;
 mod datagrams;
 mod greetings;
@@ -113,6 +117,14 @@ pub struct ServerConfig {
     /// (SIGHUP) and end the running sessions their key's line no longer
     /// allows (issue 39).
     pub reload: Option<std::sync::Mutex<mpsc::Receiver<()>>>,
+    /// Where the daemon keeps its jobs and one-time grants (P-45);
+    /// `None`: it takes neither.
+    pub state: Option<PathBuf>,
+    /// Told of every job's end, besides what each job names
+    /// (`--notify-exec`, `--notify-url`).
+    pub notify: ::jobs::spec::Notify,
+    /// Most jobs running at once (`--max-jobs`).
+    pub max_jobs: usize,
 }
 
 /// How a daemon logs each finished session.
@@ -152,6 +164,11 @@ struct Server {
     metrics: Arc<metrics::Metrics>,
     /// Each key's running sessions, its pace and quota (issue 39).
     keyring: keyring::Keyring,
+    /// One-time grants issued here (P-45), with a state directory.
+    grants: Option<grants::Grants>,
+    /// The jobs this daemon runs (P-45), with a state directory; set once
+    /// the server is shared, as its runs need it.
+    jobs: std::sync::OnceLock<Arc<jobs::Service>>,
 }
 
 /// Binds and serves forever. `ready` is called with the bound address.
@@ -188,7 +205,14 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
         cfg.max_startups_per_source,
         cfg.data_ports.map(|r| (r.hi - r.lo) as usize + 1),
     );
+    let grants = cfg.state.as_ref().and_then(|d| {
+        grants::Grants::open(&d.join("grants"))
+            .inspect_err(|e| tracing::warn!("{}: {e}; no grants are issued or taken", d.display()))
+            .ok()
+    });
     let server = Arc::new(Server {
+        grants,
+        jobs: std::sync::OnceLock::new(),
         cfg,
         joins: Joins::default(),
         active: AtomicUsize::new(0),
@@ -210,6 +234,17 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
                 server.reload();
             }
         });
+    }
+    if let Some(dir) = &server.cfg.state {
+        let host: Arc<dyn jobs::Host> = server.clone();
+        if let Some(svc) = jobs::start(host, dir, server.cfg.max_jobs) {
+            let weak = Arc::downgrade(&svc);
+            server.metrics.jobs(Box::new(move || {
+                weak.upgrade()
+                    .map_or(serde_json::Value::Null, |s| s.summary())
+            }));
+            let _ = server.jobs.set(svc);
+        }
     }
     if let Some(l) = page {
         metrics::serve_http(l, server.metrics.clone(), server.cfg.metrics_hosts.clone());
@@ -316,6 +351,23 @@ impl Server {
                         }
                     }
                     Err(e) => tracing::warn!("{peer}: data connection refused: {e}"),
+                }
+            }
+            ConnKind::Relay => {
+                // A connection a job's client relays to the job's other
+                // end (P-45 J-11), named by the job's id: kept for the
+                // job's attempts, which check that end's key themselves.
+                drop(greeting);
+                let _ = stream.set_read_timeout(None);
+                let kept = pre.version == PROTOCOL_VERSION
+                    && self
+                        .jobs
+                        .get()
+                        .is_some_and(|j| j.relayed(pre.session, stream));
+                if !kept {
+                    tracing::info!(
+                        "{peer}: relayed connection for no relayed job running here; dropped"
+                    );
                 }
             }
             ConnKind::Control | ConnKind::Keyed => {
@@ -453,12 +505,38 @@ impl Server {
             Err(e) => return refuse(&mut ctrl_w, e),
         };
         let req = &granted.req;
+        // Grants and job calls move no files: a conversation on the
+        // control connection (P-45).
+        match req.op {
+            Op::Grant { .. } => {
+                return self
+                    .issue_grant(&est.peer, req, &granted.root, &mut ctrl_w)
+                    .or_else(|e| refuse(&mut ctrl_w, e))
+            }
+            Op::Job => {
+                let Some(svc) = self.jobs.get() else {
+                    let e = TransferError::new(
+                        wire::ErrorCode::BadRequest,
+                        "this server takes no jobs: it was started without a state directory (haul serve --state DIR)",
+                    );
+                    return refuse(&mut ctrl_w, e);
+                };
+                let name = entered.comment.clone();
+                let ctrl = (&mut ctrl_r, &mut ctrl_w);
+                return svc
+                    .converse(self, &est.peer, name, &access, ctrl)
+                    .or_else(|e| refuse(&mut ctrl_w, e));
+            }
+            _ => {}
+        }
         // The side this server plays, prepared before accepting, so
-        // errors come first.
-        let side = match self.build_side(req, &granted.root, &est.peer, granted.adding_only) {
-            Ok(side) => side,
-            Err(e) => return refuse(&mut ctrl_w, e),
-        };
+        // errors come first; a push through a grant within its budget.
+        let budget = access.grant.as_ref().map(|g| g.budget);
+        let side =
+            match self.build_side(req, &granted.root, &est.peer, (granted.adding_only, budget)) {
+                Ok(side) => side,
+                Err(e) => return refuse(&mut ctrl_w, e),
+            };
         let gated = side.gated(req.streams);
         let protection = granted.protection;
         let accepted_at = Instant::now();
@@ -483,7 +561,61 @@ impl Server {
             est.rtt = accepted_at.elapsed();
         }
         let how = (est.rtt, gated, protection);
-        self.run_side(side, plan, (ctrl_r, ctrl_w), req, how, progress, rec)
+        let run = self.run_side(side, plan, (ctrl_r, ctrl_w), req, how, progress, rec);
+        // A grant is used up by the push it allowed, once that succeeds
+        // (P-45 G-5); a repeating sync's stays until it expires.
+        if let (Ok(_), Some(g), Some(grants)) = (&run, &access.grant, &self.grants) {
+            if !g.repeat {
+                grants.consume(&g.key);
+            }
+        }
+        run
+    }
+
+    /// Issues a one-time grant (P-45 G-1 … G-3): the path resolved
+    /// beneath the key's root now, so that a grant for a path the key may
+    /// not reach is refused here, not when it is used.
+    fn issue_grant(
+        &self,
+        issuer: &PublicKey,
+        req: &Request,
+        root: &Root,
+        w: &mut FrameWriter,
+    ) -> Result<String, TransferError> {
+        let Op::Grant {
+            key,
+            budget,
+            lifetime,
+            repeat,
+        } = req.op
+        else {
+            unreachable!("called for grants")
+        };
+        let Some(grants) = &self.grants else {
+            return Err(TransferError::new(
+                wire::ErrorCode::BadRequest,
+                "this server issues no grants: it was started without a state directory (haul serve --state DIR)",
+            ));
+        };
+        let path = &req.paths[0];
+        self.resolve(root, path)?;
+        let push = access::GrantedPush {
+            key,
+            path: path.clone(),
+            sync: req.sync.bits(),
+            recursive: req.recursive,
+            budget,
+            repeat,
+        };
+        let expires = grants
+            .issue(issuer, &push, lifetime)
+            .map_err(|e| TransferError::new(wire::ErrorCode::Other, e))?;
+        w.send_msg(&Msg::Granted { expires })
+            .map_err(|e| TransferError::lost("sending the grant", &e))?;
+        Ok(format!(
+            "granted one-time key {} a push into {path:?} of at most {budget} bytes for {lifetime}s",
+            PublicKey(key).fingerprint()
+        ))
     }
 }
 

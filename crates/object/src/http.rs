@@ -236,3 +236,23 @@ impl Failure<'_> {
         )
     }
 }
+
+/// POSTs `body` as JSON to `url` (a job's `--notify-url`, P-45), on a
+/// runtime of its own, retried with backoff while no answer comes or
+/// the answer is throttling or a server error, up to `attempts`. The
+/// status of the answer, or why none came.
+pub fn post_json(url: &str, body: Vec<u8>, attempts: u32) -> Result<StatusCode, String> {
+    let rt = crate::store::runtime("haul-notify").map_err(|e| e.to_string())?;
+    let body = Bytes::from(body);
+    let headers = [("content-type".to_string(), "application/json".to_string())];
+    rt.block_on(async {
+        let http = Http::new().map_err(|e| e.to_string())?;
+        let got = http
+            .send(attempts, || {
+                request(Method::POST, url, &headers, body.clone())
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        got.map(|a| a.status).map_err(|NoAnswer(why)| why)
+    })
+}

@@ -118,6 +118,22 @@ impl Keypair {
         }
     }
 
+    /// The keypair of a secret given whole: a one-time grant's key, held
+    /// by the daemon that runs a job (P-45 G-1).
+    pub fn from_secret(secret: [u8; 32]) -> Keypair {
+        let secret = Zeroizing::new(secret);
+        Keypair {
+            public: PublicKey(x25519_public(&secret)),
+            secret: *secret,
+        }
+    }
+
+    /// The secret as hex, wiped when dropped: only for a one-time key
+    /// handed to the daemon that will use it (P-45 G-1).
+    pub fn secret_hex(&self) -> Zeroizing<String> {
+        Zeroizing::new(wire::hex::encode(&self.secret))
+    }
+
     pub(crate) fn secret(&self) -> &[u8; 32] {
         &self.secret
     }

@@ -197,6 +197,9 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         prekeyed,
         buckets: opts.buckets,
         reload: None,
+        state: None,
+        notify: Default::default(),
+        max_jobs: 1,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

@@ -115,7 +115,13 @@ const SYNC_DELETE_PARTIALS: u8 = 64;
 const SYNC_IGNORE_EXISTING: u8 = 128;
 
 impl SyncOptions {
-    pub(crate) fn bits(&self) -> u8 {
+    /// Bits that only compare or skip, and never remove what is at the
+    /// destination: a one-time grant allows them whatever it names
+    /// (P-45 G-4).
+    pub const HARMLESS: u8 =
+        SYNC_DEDUP | SYNC_GATED | SYNC_UPDATE | SYNC_CHECKSUM | SYNC_DRY_RUN | SYNC_IGNORE_EXISTING;
+
+    pub fn bits(&self) -> u8 {
         [
             (self.dedup, SYNC_DEDUP),
             (self.gated, SYNC_GATED),
@@ -131,7 +137,7 @@ impl SyncOptions {
         .fold(0, |acc, (_, bit)| acc | bit)
     }
 
-    pub(crate) fn from_bits(b: u8) -> Result<SyncOptions, DecodeError> {
+    pub fn from_bits(b: u8) -> Result<SyncOptions, DecodeError> {
         Ok(SyncOptions {
             ignore_existing: b & SYNC_IGNORE_EXISTING != 0,
             dedup: b & SYNC_DEDUP != 0,

@@ -28,7 +28,29 @@ pub enum Op {
     /// `HOST:PORT` the server connects to (`haul tunnel`, P-37). The data
     /// connections become the tunnel's lanes.
     Tunnel,
+    /// Issue a one-time grant (P-45 G-1 … G-6): the holder of the secret
+    /// of `key` may push once into `paths[0]`, with at most the request's
+    /// options, `budget` file bytes, within `lifetime` seconds. The server
+    /// answers `Granted` and the session ends.
+    Grant {
+        key: [u8; 32],
+        budget: u64,
+        lifetime: u32,
+        /// For a repeating sync (`--every`): used by one session at a
+        /// time until it expires, not consumed by the first success.
+        repeat: bool,
+    },
+    /// Managed transfers (P-45 J-1): the session carries `JobCall`s and
+    /// the server's `JobAnswer`s. `paths` is empty.
+    Job,
 }
+
+/// Longest `JobCall` (JSON).
+pub const MAX_JOB_CALL: usize = 256 << 10;
+/// Longest `JobAnswer` (JSON).
+pub const MAX_JOB_ANSWER: usize = 4 << 20;
+/// Longest lifetime of a grant: a year.
+pub const MAX_GRANT_LIFETIME: u32 = 366 * 24 * 3600;
 
 /// Most bytes one probe session may ask for.
 pub const MAX_PROBE_BYTES: u64 = 64 << 30;
@@ -258,6 +280,16 @@ pub enum Msg {
         raw_len: u32,
         data: Vec<u8>,
     },
+    /// Server, to a `Grant` request: granted until `expires`, seconds
+    /// since the epoch (P-45 G-1).
+    Granted {
+        expires: u64,
+    },
+    /// Client, in a `Job` session: one call, UTF-8 JSON (P-45 J-1).
+    JobCall(Vec<u8>),
+    /// Server, in a `Job` session: an answer, or a followed job's next
+    /// report, UTF-8 JSON.
+    JobAnswer(Vec<u8>),
 }
 
 /// Most `Note`s a receiver sends in one session; a sender keeps no more.
@@ -378,6 +410,9 @@ impl Msg {
             Msg::Ready(_) => "Ready",
             Msg::Skip(_) => "Skip",
             Msg::Changes(_) => "Changes",
+            Msg::Granted { .. } => "Granted",
+            Msg::JobCall(_) => "JobCall",
+            Msg::JobAnswer(_) => "JobAnswer",
             Msg::Digest { .. } => "Digest",
             Msg::Deleted(_) => "Deleted",
             Msg::DecodeSpeed { .. } => "DecodeSpeed",
@@ -397,6 +432,19 @@ impl Msg {
                     Op::Pull => w.u8(1).u8(1),
                     Op::Probe { bytes } => w.u8(1).u8(2).u64(bytes),
                     Op::Tunnel => w.u8(1).u8(3),
+                    Op::Grant {
+                        key,
+                        budget,
+                        lifetime,
+                        repeat,
+                    } => w
+                        .u8(1)
+                        .u8(4)
+                        .bytes(&key)
+                        .u64(budget)
+                        .u32(lifetime)
+                        .u8(repeat as u8),
+                    Op::Job => w.u8(1).u8(5),
                 };
                 w.u32(r.paths.len() as u32);
                 for p in &r.paths {
@@ -499,6 +547,15 @@ impl Msg {
             Msg::Packed { raw_len, data } => {
                 w.u8(20).u32(*raw_len).bytes(data);
             }
+            Msg::Granted { expires } => {
+                w.u8(25).u64(*expires);
+            }
+            Msg::JobCall(b) => {
+                w.u8(26).var_bytes(b);
+            }
+            Msg::JobAnswer(b) => {
+                w.u8(27).var_bytes(b);
+            }
             Msg::Note { kind, text } => {
                 w.u8(23)
                     .u8(*kind as u8)
@@ -581,6 +638,19 @@ impl Msg {
                     1 => Op::Pull,
                     2 => Op::Probe { bytes: r.u64()? },
                     3 => Op::Tunnel,
+                    4 => {
+                        let (key, budget, lifetime) = (r.array()?, r.u64()?, r.u32()?);
+                        if lifetime == 0 || lifetime > MAX_GRANT_LIFETIME {
+                            return Err(DecodeError::Invalid("grant lifetime"));
+                        }
+                        Op::Grant {
+                            key,
+                            budget,
+                            lifetime,
+                            repeat: bool_of(r.u8()?)?,
+                        }
+                    }
+                    5 => Op::Job,
                     tag => return Err(DecodeError::UnknownTag { what: "op", tag }),
                 };
                 let n = r.u32()? as usize;
@@ -832,6 +902,9 @@ impl Msg {
                     text: String::from_utf8_lossy(b).into_owned(),
                 }
             }
+            25 => Msg::Granted { expires: r.u64()? },
+            26 => Msg::JobCall(r.var_bytes("job call", MAX_JOB_CALL)?.to_vec()),
+            27 => Msg::JobAnswer(r.var_bytes("job answer", MAX_JOB_ANSWER)?.to_vec()),
             11 => Msg::Welcome,
             12 => Msg::UseTransport {
                 udp_payload: r.u16()?,

@@ -186,6 +186,13 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                             0 => Op::Push,
                             1 => Op::Pull,
                             40..=49 => Op::Tunnel,
+                            50..=59 => Op::Job,
+                            n @ 60..=69 => Op::Grant {
+                                key: [n as u8; 32],
+                                budget: rate,
+                                lifetime: 1 + block_size % crate::MAX_GRANT_LIFETIME,
+                                repeat: n % 2 == 0,
+                            },
                             n => Op::Probe {
                                 bytes: n as u64 * 7919,
                             },
@@ -262,6 +269,9 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
             })
         }),
         Just(Msg::Welcome),
+        any::<u64>().prop_map(|expires| Msg::Granted { expires }),
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Msg::JobCall),
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Msg::JobAnswer),
         any::<u16>().prop_map(|udp_payload| Msg::UseTransport { udp_payload }),
         (
             1u32..=crate::packed::MAX_PACKED as u32,
@@ -288,6 +298,51 @@ proptest! {
         let i = at % b.len();
         b[i] = byte;
         let _ = Msg::decode(&b);
+    }
+}
+
+#[test]
+fn job_messages_and_grants_are_bounded() {
+    let mut b = vec![26u8];
+    b.extend_from_slice(&((crate::MAX_JOB_CALL + 1) as u32).to_le_bytes());
+    assert!(Msg::decode(&b).is_err(), "a job call past its bound");
+    let mut b = vec![27u8];
+    b.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(Msg::decode(&b).is_err(), "a job answer past its bound");
+    // A grant's lifetime: 1 second to a year.
+    let grant = |lifetime| {
+        Msg::Request(Request {
+            op: Op::Grant {
+                key: [1; 32],
+                budget: 1,
+                lifetime,
+                repeat: false,
+            },
+            paths: vec!["in/".into()],
+            recursive: true,
+            many_sources: false,
+            streams: 1,
+            block_size: 1 << 20,
+            protection: 0,
+            rate: 0,
+            transport: 0,
+            contents: false,
+            preserve: false,
+            compress: 0,
+            compress_level: 0,
+            sync: SyncOptions::default(),
+            basis: String::new(),
+            shard: None,
+            select: Selection::default(),
+            itemize: false,
+        })
+    };
+    assert!(Msg::decode(&grant(60).encode()).is_ok());
+    for lifetime in [0, crate::MAX_GRANT_LIFETIME + 1] {
+        assert!(
+            Msg::decode(&grant(lifetime).encode()).is_err(),
+            "lifetime {lifetime}"
+        );
     }
 }
 

@@ -24,7 +24,7 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// `Accept`, opened once the client is authenticated (P-23, P-43);
 /// version 16 filter rules, sizes and ages in the request, `--ignore-existing`
 /// and the receiver's `Changes` (P-44).
-pub const PROTOCOL_VERSION: u16 = 16;
+pub const PROTOCOL_VERSION: u16 = 17;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
@@ -39,6 +39,11 @@ pub enum ConnKind {
     /// ssh greetings (P-27): a join frame on stream 0, then sealed control
     /// messages, with no handshake of its own.
     Keyed,
+    /// A connection the client of a job relays to the job's other end
+    /// (`--through-client`, P-45 J-11): `session` is the job's id; the
+    /// daemon uses the connection as one to that end, whose key it
+    /// checks. Nothing else follows from the client.
+    Relay,
 }
 
 /// Client → server, first bytes of a connection.
@@ -60,6 +65,7 @@ impl Preamble {
             ConnKind::Control => 0,
             ConnKind::Data => 1,
             ConnKind::Keyed => 2,
+            ConnKind::Relay => 3,
         });
         w.bytes(&self.session).u16(self.stream);
         let mut out = [0u8; PREAMBLE_LEN];
@@ -80,6 +86,7 @@ impl Preamble {
             0 => ConnKind::Control,
             1 => ConnKind::Data,
             2 => ConnKind::Keyed,
+            3 => ConnKind::Relay,
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "connection kind",

@@ -73,6 +73,39 @@ pub fn run(a: CpArgs) -> i32 {
 /// One try of the transfer: what the report says.
 fn transfer(a: &CpArgs) -> Result<said::Said, TransferError> {
     let plan = plan::plan(&a.paths)?;
+    if let plan::Plan::Between {
+        sources,
+        from,
+        to,
+        dest,
+    } = plan
+    {
+        let kind = match a.update && a.preserve && a.recursive {
+            true => jobs::spec::Kind::Sync,
+            false => jobs::spec::Kind::Cp,
+        };
+        let e = crate::managed::third_party(a, kind, (from, sources), (to, dest))?;
+        return Ok(said::Said {
+            partial: None,
+            items: Vec::new(),
+            ..said::Said::new(e.json, e.text)
+        })
+        .and_then(|s| match e.code {
+            0 => Ok(s),
+            c => Err(TransferError::new(
+                wire::ErrorCode::from_u8(c as u8),
+                serde_json::from_str::<serde_json::Value>(&s.json)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| "the job failed".into()),
+            )),
+        });
+    }
+    if a.managed.detach {
+        return Err(crate::reach::usage(
+            "--detach hands a transfer between two daemons to the source's daemon (haul cp --detach HOST:SRC HOST2:DST); a transfer from or to this host needs this host to stay up",
+        ));
+    }
     // Two locations of one object store: the store copies, where it can.
     if let plan::Plan::Push {
         sources: plan::PushFrom::Bucket(url),

@@ -36,6 +36,14 @@ pub(super) enum Plan {
         peer: Peer,
         dest: PullTo,
     },
+    /// From one remote host to another, the data flowing between them
+    /// (P-45): see [`crate::managed`].
+    Between {
+        sources: Vec<String>,
+        from: Peer,
+        to: Peer,
+        dest: String,
+    },
 }
 
 impl Plan {
@@ -43,7 +51,7 @@ impl Plan {
     pub(super) fn peer(&self) -> Option<&Peer> {
         match self {
             Plan::Push { peer, .. } => peer.as_ref(),
-            Plan::Pull { peer, .. } => Some(peer),
+            Plan::Pull { peer, .. } | Plan::Between { from: peer, .. } => Some(peer),
         }
     }
 }
@@ -96,6 +104,20 @@ pub(super) fn plan(paths: &[String]) -> Result<Plan, TransferError> {
         });
     }
     match Location::parse(dst) {
+        Location::Remote {
+            user,
+            host,
+            port,
+            path,
+        } if srcs.iter().any(remote) => {
+            let (sources, from) = remote_sources(srcs, &path)?;
+            Ok(Plan::Between {
+                sources,
+                from,
+                to: Peer { user, host, port },
+                dest: if path.is_empty() { ".".into() } else { path },
+            })
+        }
         Location::Remote {
             user,
             host,
@@ -181,7 +203,12 @@ mod tests {
         ));
         assert!(p(&["a", "h:b", "."]).is_err());
         assert!(p(&["h:a", "g:b", "."]).is_err());
-        assert!(p(&["h:a", "g:b"]).is_err());
+        assert!(matches!(
+            p(&["h:a", "h:b", "g:/c/"]),
+            Ok(Plan::Between { sources, .. }) if sources.len() == 2
+        ));
+        assert!(p(&["h:a", "x:b", "g:/c/"]).is_err());
+        assert!(p(&["h:a", "b", "g:/c/"]).is_err());
         assert!(matches!(
             p(&["s3://bkt/a/", "h:/x/"]),
             Ok(Plan::Push {

@@ -179,14 +179,8 @@ fn client_config(
 
 /// Whether progress is drawn: `--quiet` never, `--progress` always,
 /// `--json` never, otherwise on a terminal.
-fn show(a: &CpArgs) -> Show {
-    if a.quiet || (a.json && !a.progress) {
-        Show::Never
-    } else if a.progress {
-        Show::Always
-    } else {
-        Show::OnTerminal
-    }
+pub(super) fn show(a: &CpArgs) -> Show {
+    Show::of(a.quiet, a.json, a.progress)
 }
 
 /// Which entries the selection options keep (P-44); `None` where they

@@ -39,6 +39,9 @@ pub(super) fn run(a: &CpArgs, plan: Plan, r: Resolved) -> Result<Said, TransferE
             dest: PullTo::Path(dest),
             ..
         } => Ok(said(a, &pull_into_path(a, r, sources, &dest)?, "pull")),
+        Plan::Between { .. } => Err(usage(
+            "a transfer between two remote hosts runs as a job on the source's daemon",
+        )),
     }
 }
 

@@ -95,8 +95,15 @@ impl Env {
     /// Starts `haul serve` on an ephemeral loopback port and waits until it
     /// listens (bounded).
     pub fn serve_with(&self, extra: &[&str]) -> Server {
+        // A test that needs a daemon back on the same port names it.
+        let listen = match extra.contains(&"--listen") {
+            true => &[][..],
+            false => &["--listen", "127.0.0.1:0"][..],
+        };
         let mut child = Command::new(HAUL)
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg("serve")
+            .args(listen)
+            .arg("--root")
             .arg(&self.root)
             .args(extra)
             .env("HAUL_HOME", &self.server_home)

@@ -15,6 +15,11 @@ use connect::net::Tuning;
 /// A callback that shows a one-line notice to the user.
 pub type Notice = Box<dyn Fn(&str) + Send>;
 
+/// Opens a connection to the server some other way than by dialling it,
+/// within the time given: a connection a job's client relays
+/// (`--through-client`, P-45 J-11). The server's key is checked as ever.
+pub type Relay = Arc<dyn Fn(Duration) -> std::io::Result<std::net::TcpStream> + Send + Sync>;
+
 /// How blocks travel (`--transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -144,6 +149,8 @@ pub struct ClientConfig {
     /// `--itemize-changes`: how each file differs from what was in place
     /// is reported (P-44).
     pub itemize: bool,
+    /// Connections come from here instead of being dialled (TCP only).
+    pub relay: Option<Relay>,
 }
 
 /// How the client reached the server.

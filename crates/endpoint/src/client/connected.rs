@@ -48,6 +48,8 @@ pub struct Connected {
     pub(super) echo: Option<datagram::echo::EchoReport>,
     /// A session keyed in the ssh greetings: where its data goes (P-27).
     pub(super) route: Option<SshRoute>,
+    /// The daemon's key from the handshake.
+    pub(super) server_key: Option<secure::PublicKey>,
 }
 
 /// The client's UDP socket once its hello has gone (P-23), with the
@@ -108,6 +110,7 @@ struct Dialer {
     port: u16,
     timeout: Duration,
     tuning: Tuning,
+    relay: Option<super::config::Relay>,
 }
 
 impl Dialer {
@@ -117,6 +120,7 @@ impl Dialer {
             port: cfg.port,
             timeout: cfg.connect_timeout,
             tuning,
+            relay: cfg.relay.clone(),
         }
     }
 
@@ -126,6 +130,17 @@ impl Dialer {
     }
 
     fn connect(&self, addr: &SocketAddr) -> Result<TcpStream, TransferError> {
+        if let Some(relay) = &self.relay {
+            return relay(self.timeout).map_err(|e| {
+                TransferError::new(
+                    ErrorCode::Connect,
+                    format!(
+                        "no connection to {}:{} through the job's client: {e}",
+                        self.host, self.port
+                    ),
+                )
+            });
+        }
         net::connect(addr, &self.tuning, self.timeout).map_err(|e| {
             let why = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
@@ -206,6 +221,11 @@ impl Connected {
     /// Connects to the first address of the server that answers. Fails
     /// with `Connect` (3) if none does.
     pub fn dial_first(cfg: &ClientConfig) -> Result<(SocketAddr, TcpStream), TransferError> {
+        if cfg.relay.is_some() {
+            // Relayed: the address is the client's to know.
+            let addr = SocketAddr::from(([0, 0, 0, 0], cfg.port));
+            return Ok((addr, dial(&addr, cfg)?));
+        }
         let addrs = if cfg.dial.is_empty() {
             resolve(&cfg.host, cfg.port)?
         } else {
@@ -263,7 +283,19 @@ impl Connected {
             echo_span: None,
             echo: None,
             route: None,
+            server_key: Some(est.peer),
         })
+    }
+
+    /// The daemon's key, as its handshake proved it; `None` for a session
+    /// keyed over ssh.
+    pub fn server_key(&self) -> Option<secure::PublicKey> {
+        self.server_key
+    }
+
+    /// The address the control connection reached.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     pub fn rtt(&self) -> Duration {
@@ -271,7 +303,7 @@ impl Connected {
     }
 
     /// Reads the server's welcome: it accepted our key and has room.
-    fn await_welcome(&mut self) -> Result<(), TransferError> {
+    pub(super) fn await_welcome(&mut self) -> Result<(), TransferError> {
         let r = &mut self.ctrl_r;
         r.get_ref()
             .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
@@ -351,16 +383,16 @@ impl Connected {
             },
             basis: match op {
                 Op::Push => self.cfg.basis.clone().unwrap_or_default(),
-                Op::Pull | Op::Probe { .. } | Op::Tunnel => String::new(),
+                _ => String::new(),
             },
             shard: match op {
                 Op::Push => self.cfg.shard.clone(),
-                Op::Pull | Op::Probe { .. } | Op::Tunnel => None,
+                _ => None,
             },
             itemize: self.cfg.itemize && op == Op::Push,
             select: match op {
                 Op::Push | Op::Pull => self.cfg.select.clone(),
-                Op::Probe { .. } | Op::Tunnel => wire::Selection::default(),
+                _ => wire::Selection::default(),
             },
         }
     }
@@ -397,6 +429,14 @@ impl Connected {
             })) => (session, streams, udp_port, gated),
             Ok(Some(Msg::Error { code, message })) => {
                 return Err(TransferError::new(code, format!("server: {message}")))
+            }
+            // A server that stops (restarting, killed) closes before it
+            // answers: the connection was lost, not the protocol broken.
+            Ok(None) => {
+                return Err(TransferError::new(
+                    ErrorCode::ConnectionLost,
+                    "the server closed the connection before answering the request",
+                ))
             }
             Ok(_) => {
                 return Err(TransferError::new(

@@ -53,6 +53,7 @@ impl Connected {
             echo_span: None,
             echo: None,
             route: Some(route),
+            server_key: None,
         })
     }
 

@@ -7,19 +7,22 @@
 //!   where its data goes.
 //! - `ops`: each operation (push, pull, list, probe, tunnel), from the
 //!   request to the report.
+//! - `managed`: a one-time grant asked for, and job calls (P-45).
 //! - `report`: what comes back.
 
 mod config;
 mod connected;
 mod keyed;
+mod managed;
 mod ops;
 mod report;
 mod route;
 
 pub use config::{
-    choose_transport, Advice, ClientConfig, KnownPath, Notice, Route, ServerTrust, Transport,
-    AUTO_UDP_RTT,
+    choose_transport, Advice, ClientConfig, KnownPath, Notice, Relay, Route, ServerTrust,
+    Transport, AUTO_UDP_RTT,
 };
 pub use connected::{auto_streams, stream_buffer, Connected};
+pub use managed::{GrantAsk, JobSession};
 pub use report::{ProbeRun, Report, UdpReport};
 pub use route::SshRoute;

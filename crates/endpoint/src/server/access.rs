@@ -18,6 +18,16 @@
 //!   and only where the daemon's `--tunnel-to` allows too;
 //! - `sessions=N`: the most sessions the key may run at once (tunnels
 //!   included); without it, half of `--max-sessions`.
+//! - `jobs`: it may hand this daemon transfers to run on its own (P-45:
+//!   a copy to another daemon, detached jobs), each run under this
+//!   line's options as they are when it runs;
+//! - `operator`: it sees and manages every key's jobs, and may give a
+//!   job a `--notify-exec` command (run on this host).
+//!
+//! A session keyed by a one-time grant (P-45 G-4) runs under the line of
+//! the key that issued the grant, as it is now, narrowed to the grant: a
+//! push of its one path, with no more than the options and bytes
+//! granted, one session at a time.
 //!
 //! The server enforces each, whatever the client does (issue 39): the
 //! root is opened by descriptor at every session, through no link; the
@@ -48,6 +58,28 @@ pub(crate) struct KeyOptions {
     pub tunnel_to: Vec<String>,
     /// Most sessions at once (`sessions=`).
     pub sessions: Option<usize>,
+    /// `jobs`: may submit managed transfers (P-45).
+    pub jobs: bool,
+    /// `operator`: sees every key's jobs.
+    pub operator: bool,
+    /// The session is keyed by a one-time grant: what it may do.
+    pub grant: Option<GrantedPush>,
+}
+
+/// What a one-time grant allows its holder (P-45 G-4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GrantedPush {
+    /// The grantee's key, naming the grant.
+    pub key: [u8; 32],
+    /// The one destination, as the issuer named it.
+    pub path: String,
+    /// The `SyncOptions` bits the push may ask for.
+    pub sync: u8,
+    pub recursive: bool,
+    /// File bytes the push may bring, all its sessions together.
+    pub budget: u64,
+    /// Not consumed by the first success (`--every`).
+    pub repeat: bool,
 }
 
 impl KeyOptions {
@@ -58,6 +90,8 @@ impl KeyOptions {
             match o.split_once('=') {
                 None if o == "read-only" => k.read_only = true,
                 None if o == "write-only" => k.write_only = true,
+                None if o == "jobs" => k.jobs = true,
+                None if o == "operator" => k.operator = true,
                 Some(("root", d)) => {
                     if d.is_empty() || d.split('/').any(|c| c == "..") {
                         return Err(format!("root={d}: name a directory below the served root"));
@@ -75,7 +109,7 @@ impl KeyOptions {
                         format!("sessions={n}: give the most sessions at once, 1 to {MAX_QUOTA}")
                     })?)
                 }
-                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT, sessions=N)")),
+                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT, sessions=N, jobs, operator)")),
             }
         }
         if k.read_only && k.write_only {
@@ -84,8 +118,14 @@ impl KeyOptions {
         Ok(k)
     }
 
+    /// Whether the line narrows what the key may do (`jobs` and
+    /// `operator` widen it).
     fn restricted(&self) -> bool {
-        *self != KeyOptions::default()
+        KeyOptions {
+            jobs: false,
+            operator: false,
+            ..self.clone()
+        } != KeyOptions::default()
     }
 
     /// How many sessions the key may run at once: its `sessions=`, or
@@ -122,7 +162,16 @@ impl KeyOptions {
     /// sends at, a drop box's reads of what is there).
     pub(crate) fn allow(&self, mut req: Request) -> Result<Request, TransferError> {
         let deny = |why: String| Err(TransferError::new(ErrorCode::Permission, why));
+        if let Some(g) = &self.grant {
+            g.allows(&req)?;
+        }
         match req.op {
+            Op::Grant { .. } if self.read_only => {
+                return deny("this key is read-only on this server: it may grant no pushes".into())
+            }
+            Op::Job if !(self.jobs || self.operator) => {
+                return deny("this key may not hand this server transfers to run (add jobs to its line in the server's authorized keys)".into())
+            }
             Op::Push if self.read_only => {
                 return deny("this key is read-only on this server: it may pull, not push".into())
             }
@@ -169,6 +218,33 @@ impl KeyOptions {
             }
         }
         Ok(req)
+    }
+}
+
+impl GrantedPush {
+    /// Refuses what the grant does not allow: anything but a push into
+    /// its one path, or options past those granted (P-45 G-4).
+    fn allows(&self, req: &Request) -> Result<(), TransferError> {
+        let deny = |why: String| {
+            Err(TransferError::new(
+                ErrorCode::Permission,
+                format!("this one-time grant {why}"),
+            ))
+        };
+        let asked = req.sync.bits() & !wire::SyncOptions::HARMLESS;
+        if req.op != Op::Push {
+            deny("allows a push only".into())
+        } else if req.paths.first() != Some(&self.path) {
+            deny(format!("is for {:?} only", self.path))
+        } else if asked & !self.sync != 0 {
+            deny("does not allow these options (--delete, --checksum, --dry-run and the like must be granted)".into())
+        } else if req.recursive && !self.recursive {
+            deny("does not allow a recursive copy".into())
+        } else if !req.basis.is_empty() || req.shard.is_some() {
+            deny("does not allow --basis or shards".into())
+        } else {
+            Ok(())
+        }
     }
 }
 

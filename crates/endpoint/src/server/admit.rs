@@ -39,6 +39,9 @@ impl super::Server {
                         })?;
                     return Ok((authorized.comment(peer).map(str::to_string), opts));
                 }
+                if let Some(granted) = self.granted(peer, &authorized)? {
+                    return Ok((Some("one-time grant".into()), granted));
+                }
                 Err(format!(
                     "the server does not know your key {} (client key); add this line to {} on the server: {}",
                     peer.fingerprint(),
@@ -54,6 +57,39 @@ impl super::Server {
                 peer.fingerprint()
             )),
         }
+    }
+
+    /// The options of a key that holds a one-time grant (P-45 G-4): its
+    /// issuer's line as it is now, narrowed to the grant, one session at
+    /// a time. A grant whose issuer is no longer authorized is void.
+    fn granted(
+        &self,
+        peer: &PublicKey,
+        authorized: &AuthorizedKeys,
+    ) -> Result<Option<access::KeyOptions>, String> {
+        let Some(grants) = &self.grants else {
+            return Ok(None);
+        };
+        let Some(found) = grants.find(peer)? else {
+            return Ok(None);
+        };
+        if !authorized.contains(&found.issuer) {
+            grants.void(&peer.0);
+            return Err(format!(
+                "the key {} that issued this one-time grant is no longer authorized on this server; the grant is void",
+                found.issuer.fingerprint()
+            ));
+        }
+        let issuer = access::KeyOptions::parse(authorized.options(&found.issuer).unwrap_or(""))
+            .map_err(|e| format!("the line of the key that issued this grant: {e}"))?;
+        Ok(Some(access::KeyOptions {
+            sessions: Some(1),
+            tunnel_to: Vec::new(),
+            jobs: false,
+            operator: false,
+            grant: Some(found.push),
+            ..issuer
+        }))
     }
 
     /// Reads the authorized keys again (SIGHUP, as sshd), and ends at once

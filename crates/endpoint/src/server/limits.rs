@@ -125,6 +125,9 @@ pub(super) fn check_request(req: &Request) -> Result<(), TransferError> {
             return bad("a tunnel travels on TCP streams")
         }
         Op::Tunnel => {}
+        Op::Job if !req.paths.is_empty() => return bad("a job session names no path"),
+        Op::Job => {}
+        Op::Grant { .. } if req.paths.len() != 1 => return bad("a grant names one destination"),
         _ if req.paths.is_empty() || (req.op == Op::Push && req.paths.len() != 1) => {
             return bad("request names no path");
         }

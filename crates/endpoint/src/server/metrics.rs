@@ -42,8 +42,13 @@ struct Totals {
 /// Why file bytes were not sent, as `haul_saved_bytes_total` labels them.
 const SAVED: [&str; 3] = ["zero", "compression", "dedup"];
 
+/// What the jobs say of themselves: counts by state, the latest.
+pub(crate) type JobsSummary = Box<dyn Fn() -> Value + Send + Sync>;
+
 /// The daemon's sessions, running and finished.
 pub(crate) struct Metrics {
+    /// The jobs' summary (P-45), once the daemon runs jobs.
+    jobs: std::sync::OnceLock<JobsSummary>,
     started: Instant,
     next: AtomicU64,
     live: Mutex<HashMap<u64, Arc<Record>>>,
@@ -65,12 +70,22 @@ fn label(v: &str) -> String {
 impl Metrics {
     pub(crate) fn new() -> Metrics {
         Metrics {
+            jobs: std::sync::OnceLock::new(),
             started: Instant::now(),
             next: AtomicU64::new(0),
             live: Mutex::default(),
             finished: Mutex::default(),
             totals: Mutex::default(),
         }
+    }
+
+    /// The daemon runs jobs: `summary` tells of them.
+    pub(crate) fn jobs(&self, summary: JobsSummary) {
+        let _ = self.jobs.set(summary);
+    }
+
+    fn jobs_now(&self) -> Value {
+        self.jobs.get().map_or(Value::Null, |f| f())
     }
 
     /// A session starts; its id for [`Metrics::end`].
@@ -125,11 +140,18 @@ impl Metrics {
     /// Prometheus' text format (version 0.0.4).
     pub(crate) fn prometheus(&self) -> String {
         let running = self.running();
+        let jobs = self.jobs_now();
         let t = lock(&self.totals);
         let mut o = String::new();
         let head = |o: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
+        if let Some(counts) = jobs["counts"].as_object() {
+            head(&mut o, "haul_jobs", "gauge", "Jobs held, by state (P-45).");
+            for (state, n) in counts {
+                let _ = writeln!(o, "haul_jobs{{state=\"{}\"}} {n}", label(state));
+            }
+        }
         head(
             &mut o,
             "haul_sessions_active",
@@ -245,6 +267,7 @@ impl Metrics {
             "sessions_failed": t.errors.values().sum::<u64>(),
             "bytes_in": sum("in"),
             "bytes_out": sum("out"),
+            "jobs": self.jobs_now(),
         })
     }
 }

@@ -85,6 +85,8 @@ impl Record {
             wire::Op::Pull => "pull",
             wire::Op::Probe { .. } => "probe",
             wire::Op::Tunnel => "tunnel",
+            wire::Op::Grant { .. } => "grant",
+            wire::Op::Job => "job",
         });
         s.paths = paths.to_vec();
         s.progress = Some(progress.clone());

@@ -30,10 +30,31 @@ impl super::Server {
         req: &Request,
         root: &Root,
         peer: &PublicKey,
+        (adding_only, budget): (bool, Option<u64>),
+    ) -> Result<Side, TransferError> {
+        let side = self.side(req, root, peer, adding_only)?;
+        // A push through a one-time grant, within its budget (P-45 G-4).
+        Ok(match (side, budget) {
+            (Side::Receive(sink, o), Some(b)) => {
+                Side::Receive(Box::new(super::budget::Budgeted::new(sink, b)), o)
+            }
+            (side, _) => side,
+        })
+    }
+
+    fn side(
+        &self,
+        req: &Request,
+        root: &Root,
+        peer: &PublicKey,
         adding_only: bool,
     ) -> Result<Side, TransferError> {
         let objects = |p: &String| self.cfg.buckets.as_ref().filter(|b| b.serves(p));
         match req.op {
+            Op::Grant { .. } | Op::Job => Err(TransferError::new(
+                ErrorCode::BadRequest,
+                "grants and job calls move no files",
+            )),
             Op::Tunnel => {
                 self.cfg.tunnel_to.check(&req.paths[0])?;
                 Ok(Side::Tunnel(req.paths[0].clone()))

@@ -34,6 +34,8 @@ pub(super) struct Entered<'s> {
     _session: SessionGuard<'s>,
     /// Counted against its key's share, and judged again on SIGHUP.
     pub key: KeySession<'s>,
+    /// Its name in the authorized keys.
+    pub comment: Option<String>,
 }
 
 /// A request as admitted, and what it holds while it runs.
@@ -62,7 +64,7 @@ impl Server {
         let (comment, access) = self
             .admit(peer)
             .map_err(|msg| TransferError::new(ErrorCode::Auth, msg))?;
-        rec.key(peer.fingerprint(), comment);
+        rec.key(peer.fingerprint(), comment.clone());
         let trusted = control
             .peer_addr()
             .ok()
@@ -88,6 +90,7 @@ impl Server {
                 ))
             })?;
         let entered = Entered {
+            comment,
             _trusted: trusted,
             _session: session,
             key,

@@ -1,0 +1,345 @@
+//! `haul cp A:src B:dst` (and `sync`): a transfer between two daemons,
+//! orchestrated from here while the data flow from A to B (P-45). The
+//! sources are measured on A; B issues a one-time grant for a key made
+//! here, bound to the destination, the options, a byte budget and a
+//! lifetime; the job, with that key's secret and B's proven key, goes to
+//! A through this key's session there. Without `--detach` it is followed
+//! to its end (progress, summary, `--json`, exit code as any transfer);
+//! with it, its id is printed at once.
+
+use std::sync::Arc;
+
+use connect::{Progress, TransferError};
+use endpoint::{ClientConfig, Connected, GrantAsk};
+use jobs::call::{Answer, Call, View};
+use jobs::spec::{Dest, Kind, Notify, Options, Retry, Spec};
+use jobs::State;
+use secure::Keypair;
+
+use crate::args::{CpArgs, TransportArg};
+use crate::reach::{usage, Peer, Reach};
+use crate::report::{self, Bar};
+
+/// The grant's lifetime when no deadline bounds it: a day, or 30 days
+/// for a repeating job.
+const GRANT_DAY: u64 = 24 * 3600;
+const GRANT_REPEATS: u64 = 30 * GRANT_DAY;
+
+/// Retries of a followed job that the user did not bound.
+const ATTACHED_RETRIES: u32 = 2;
+
+/// What the run says at its end: its JSON line, its text, the exit code.
+pub struct Ended {
+    pub json: String,
+    pub text: Option<String>,
+    pub code: i32,
+}
+
+/// The transfer from `from`'s `sources` to `to`'s `dest`.
+pub fn third_party(
+    a: &CpArgs,
+    kind: Kind,
+    (from, sources): (Peer, Vec<String>),
+    (to, dest): (Peer, String),
+) -> Result<Ended, TransferError> {
+    check(a)?;
+    let mut options = options(a, &sources);
+    if a.managed.through_client {
+        // Relayed connections are TCP, each a stream of its own.
+        options.transport = 0;
+        options.streams = Some(options.streams.unwrap_or(8).min(32));
+    }
+    let mut on_a = Connected::connect(daemon(a, from.clone())?)?.jobs()?;
+    let (files, bytes) = measure(&mut on_a, &sources, &options)?;
+    let m = &a.managed;
+    let every = m.every.map(|d| d.as_secs());
+    let budget = m.grant_bytes.unwrap_or_else(|| {
+        let room = bytes + bytes / 10 + (64 << 20);
+        if every.is_some() {
+            room.saturating_mul(4)
+        } else {
+            room
+        }
+    });
+    let lifetime = m
+        .grant_lifetime
+        .or(m.deadline)
+        .map(|d| d.as_secs())
+        .unwrap_or(if every.is_some() {
+            GRANT_REPEATS
+        } else {
+            GRANT_DAY
+        })
+        .clamp(60, wire::MAX_GRANT_LIFETIME as u64);
+    let one_time = Keypair::generate();
+    let b = daemon(a, to.clone())?;
+    let (host, port) = (b.host.clone(), b.port);
+    let a_at = (
+        from.host.clone(),
+        from.port.unwrap_or(endpoint::DEFAULT_PORT),
+    );
+    let b = Connected::connect(b)?;
+    let server_key = b
+        .server_key()
+        .ok_or_else(|| usage("the destination's key is not known"))?;
+    let expires = b.grant(&GrantAsk {
+        key: one_time.public.0,
+        path: dest.clone(),
+        recursive: a.recursive,
+        contents: options.contents,
+        many_sources: options.many_sources,
+        sync: wire::SyncOptions::from_bits(options.sync).unwrap_or_default(),
+        budget,
+        lifetime: lifetime as u32,
+        repeat: every.is_some(),
+    })?;
+    let spec_host = host.clone();
+    let spec = Spec {
+        kind,
+        sources,
+        dest: Dest {
+            host,
+            port,
+            addrs: Vec::new(),
+            server_key: wire::hex::encode(&server_key.0),
+            grant_secret: one_time.secret_hex().to_string(),
+            path: dest,
+            grant_expires: expires,
+        },
+        options,
+        retry: Retry {
+            deadline_secs: m.deadline.map(|d| d.as_secs()),
+            max_retries: m.max_retries.or((!m.detach).then_some(ATTACHED_RETRIES)),
+        },
+        notify: Notify {
+            exec: m.notify_exec.clone(),
+            url: m.notify_url.clone(),
+        },
+        every_secs: every,
+        attached: !m.detach,
+        label: label(a, kind),
+        relay: m.through_client,
+    };
+    spec.check().map_err(usage)?;
+    let view = first(call(
+        &mut on_a,
+        &Call::Submit {
+            spec: Box::new(spec),
+        },
+    )?)?;
+    let id = view.id;
+    super::registry::add(&id, &from);
+    tracing::info!(
+        "job {id} on {}: {files} file(s), {bytes} bytes, grant of {budget} bytes until {expires}",
+        from.host
+    );
+    if m.detach {
+        let json = serde_json::json!({
+            "ok": true,
+            "job": id.hex(),
+            "host": from.host,
+            "state": view.state.name(),
+            "files": files,
+            "file_bytes": bytes,
+        });
+        let text = format!(
+            "job {id} submitted to {}: {files} file(s), {}; follow it with `haul jobs show {id}`",
+            from.host,
+            report::bytes(bytes)
+        );
+        return Ok(Ended {
+            json: json.to_string(),
+            text: Some(text),
+            code: 0,
+        });
+    }
+    let _relay = match m.through_client {
+        true => Some(super::relay::start(
+            id,
+            (&a_at.0, a_at.1),
+            (&spec_host, port),
+        )?),
+        false => None,
+    };
+    follow(a, &mut on_a, id)
+}
+
+/// Options that do not apply between two daemons.
+fn check(a: &CpArgs) -> Result<(), TransferError> {
+    let why = if a.conn.ssh || a.conn.through_ssh {
+        Some("a transfer between two remote hosts runs between two haul daemons (haul serve); over ssh, run haul on one of the hosts")
+    } else if a.files_from.is_some() {
+        Some("--files-from names local files; between two remote hosts, name the sources")
+    } else if a.shard.is_some() || a.basis.is_some() || a.cache.cache.is_some() {
+        Some("--shard, --basis and --cache are for transfers from or to this host")
+    } else if a.delete && !a.recursive {
+        Some("--delete removes files from directories, so it needs -r (or haul sync)")
+    } else {
+        None
+    };
+    match why {
+        Some(w) => Err(usage(w)),
+        None => Ok(()),
+    }
+}
+
+/// A daemon's client configuration (never ssh: see `check`).
+fn daemon(a: &CpArgs, peer: Peer) -> Result<ClientConfig, TransferError> {
+    crate::reach::check_cc(&a.conn)?;
+    let reach = Reach { peer, ssh: false };
+    reach.config(&a.conn, crate::reach::protection(a.no_encrypt))
+}
+
+fn options(a: &CpArgs, sources: &[String]) -> Options {
+    let sel = a.select.wire();
+    let sync = wire::SyncOptions {
+        dedup: !a.no_dedup,
+        update: a.update || a.checksum,
+        checksum: a.checksum,
+        delete: a.delete,
+        delete_partials: a.delete_partials,
+        dry_run: a.dry_run,
+        ignore_existing: a.select.ignore_existing,
+        ..Default::default()
+    };
+    let (compress, compress_level) = a.compress.to_wire();
+    Options {
+        recursive: a.recursive,
+        many_sources: sources.len() > 1,
+        contents: sources.iter().any(|s| store::names_contents(s.as_bytes())),
+        preserve: a.preserve,
+        sync: sync.bits(),
+        protection: crate::reach::protection(a.no_encrypt).wire_code(),
+        transport: match a.transport {
+            TransportArg::Tcp => 0,
+            TransportArg::Udp => 1,
+            TransportArg::Auto => 2,
+        },
+        streams: a.streams,
+        block_size: a.block_size,
+        rate: a.rate.unwrap_or(0),
+        compress,
+        compress_level,
+        rules: sel.rules,
+        min_size: sel.min_size,
+        max_size: sel.max_size,
+        not_before: sel.not_before,
+    }
+}
+
+/// The command line, for the job's listing (no secrets are on it).
+fn label(a: &CpArgs, kind: Kind) -> String {
+    let verb = match kind {
+        Kind::Cp if a.recursive => "cp -r",
+        Kind::Cp => "cp",
+        Kind::Sync => "sync",
+    };
+    format!("haul {verb} {}", a.paths.join(" "))
+}
+
+pub(super) fn call(s: &mut endpoint::JobSession, c: &Call) -> Result<Answer, TransferError> {
+    s.call(&serde_json::to_vec(c).expect("a call serializes"))?;
+    answer(s)
+}
+
+pub(super) fn answer(s: &mut endpoint::JobSession) -> Result<Answer, TransferError> {
+    serde_json::from_slice(&s.answer()?).map_err(|e| {
+        TransferError::new(
+            wire::ErrorCode::Protocol,
+            format!("the server's answer about jobs: {e}"),
+        )
+    })
+}
+
+pub(super) fn first(a: Answer) -> Result<View, TransferError> {
+    a.jobs.into_iter().next().ok_or_else(|| {
+        TransferError::new(wire::ErrorCode::Protocol, "the server answered with no job")
+    })
+}
+
+fn measure(
+    s: &mut endpoint::JobSession,
+    sources: &[String],
+    options: &Options,
+) -> Result<(u64, u64), TransferError> {
+    let c = Call::Measure {
+        sources: sources.to_vec(),
+        options: Box::new(options.clone()),
+    };
+    call(s, &c)?
+        .measured
+        .ok_or_else(|| TransferError::new(wire::ErrorCode::Protocol, "the server measured nothing"))
+}
+
+/// Follows the job to its end, drawing progress as a transfer would.
+fn follow(a: &CpArgs, s: &mut endpoint::JobSession, id: jobs::Id) -> Result<Ended, TransferError> {
+    s.call(&serde_json::to_vec(&Call::Follow { id }).expect("a call serializes"))?;
+    let progress = Arc::new(Progress::default());
+    let bar = Bar::start(
+        progress.clone(),
+        report::Show::of(a.quiet, a.json, a.progress),
+    );
+    let last = loop {
+        let v = first(answer(s)?)?;
+        let set = |c: &std::sync::atomic::AtomicU64, n: u64| {
+            c.store(n, std::sync::atomic::Ordering::Relaxed)
+        };
+        set(&progress.total_bytes, v.bytes_total);
+        set(&progress.done_bytes, v.bytes_done);
+        if v.state.is_final() {
+            break v;
+        }
+    };
+    bar.finish();
+    Ok(ended(&last, a.quiet))
+}
+
+/// What a followed job's end says.
+pub(super) fn ended(v: &View, quiet: bool) -> Ended {
+    let (files, secs, sent) = v
+        .events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            jobs::Event::Succeeded {
+                files, secs, sent, ..
+            } => Some((*files, *secs, *sent)),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let code = match v.state {
+        State::Succeeded => 0,
+        _ => v.exit_code.unwrap_or(1),
+    };
+    let json = serde_json::json!({
+        "ok": code == 0,
+        "route": "third-party",
+        "job": v.id.hex(),
+        "state": v.state.name(),
+        "files": files,
+        "file_bytes": v.bytes_done,
+        "seconds": secs,
+        "goodput_bps": v.rate_bps,
+        "attempts": v.attempts,
+        "wire_bytes_sent": sent,
+        "exit_code": code,
+        "error": v.reason,
+    });
+    let text = match v.state {
+        State::Succeeded => Some(format!(
+            "{files} file(s), {} from {} in {secs:.1}s ({}), verified, job {} after {} attempt(s)",
+            report::bytes(v.bytes_done),
+            v.sources.join(" "),
+            report::bits_per_sec(v.rate_bps as f64),
+            v.id,
+            v.attempts
+        )),
+        _ => None,
+    };
+    let text = text.filter(|_| !quiet);
+    Ended {
+        json: json.to_string(),
+        text,
+        code,
+    }
+}

@@ -1,0 +1,360 @@
+//! Managed transfers on loopback (issue 42, P-45): a copy between two
+//! daemons orchestrated by a client whose own files are not involved; a
+//! sync between them that sends nothing the second time; a detached job
+//! that survives the destination daemon killed and restarted mid-run,
+//! resumes from what was verified and notifies a real HTTP listener;
+//! `haul jobs` with its visibility rule; a revoked key and a vanished
+//! destination that end a job with a clear reason. The hostile grant
+//! cases are in `managed_grants.rs`; the three-namespace run with a cut
+//! link in `managed_wan.rs`.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// A client, daemon A (its key allowed `jobs`) and daemon B.
+struct Two {
+    a: Env,
+    b: Env,
+}
+
+impl Two {
+    fn new() -> Two {
+        let a = Env::new();
+        let b = Env::new();
+        let key = fs::read_to_string(a.home.join("id_x25519.pub")).unwrap();
+        fs::write(a.server_home.join("authorized_keys"), format!("jobs {key}")).unwrap();
+        fs::write(b.server_home.join("authorized_keys"), &key).unwrap();
+        Two { a, b }
+    }
+
+    /// Runs `haul ARGS` as the client.
+    fn haul(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(HAUL);
+        c.args(args)
+            .env("HAUL_HOME", &self.a.home)
+            .stdin(Stdio::null());
+        output_within(c, Duration::from_secs(120))
+    }
+}
+
+/// `src`'s contents and `dst`'s are the same, entry by entry (a
+/// directory's contents copied into one that was there keep that one's
+/// own time, as rsync's do).
+fn assert_same_contents(src: &Path, dst: &Path) {
+    let names = |d: &Path| {
+        let mut v: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(src), names(dst), "{}", dst.display());
+    for n in names(src) {
+        assert_same_tree(&src.join(&n), &dst.join(&n));
+    }
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    let s = String::from_utf8_lossy(&out.stdout);
+    let line = s.lines().last().unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {s:?}"))
+}
+
+fn tree(dir: &Path, files: usize, size: usize) {
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    for i in 0..files {
+        let at = if i % 2 == 0 {
+            dir.join(format!("f{i}"))
+        } else {
+            dir.join(format!("sub/f{i}"))
+        };
+        write_file(&at, &random_bytes(size + i * 1000, i as u64 + 7));
+    }
+}
+
+#[test]
+fn a_copy_and_a_sync_between_two_daemons() {
+    let t = Two::new();
+    tree(&t.a.root.join("data"), 6, 300_000);
+    fs::create_dir_all(t.b.root.join("in")).unwrap();
+    let (sa, sb) = (t.a.serve(), t.b.serve());
+    let (from, to) = (t.a.remote(&sa, "data/"), t.b.remote(&sb, "in/"));
+    let out = t.haul(&["cp", "-r", "-p", "--json", &from, &to]);
+    ok(&out);
+    let j = json(&out);
+    assert_eq!(j["route"], "third-party", "{j}");
+    assert_eq!(j["state"], "succeeded");
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+    // A sync sends nothing the second time; a change is sent.
+    let out = t.haul(&["sync", "--json", &from, &to]);
+    let first = json(&out)["wire_bytes_sent"].as_u64().unwrap();
+    let out = t.haul(&["sync", "--json", &from, &to]);
+    ok(&out);
+    let again = json(&out)["wire_bytes_sent"].as_u64().unwrap();
+    assert!(
+        again < 64 << 10,
+        "a second sync sent {again} bytes (first {first})"
+    );
+    write_file(&t.a.root.join("data/new"), b"new file");
+    fs::remove_file(t.b.root.join("in/f0")).unwrap();
+    ok(&t.haul(&["sync", &from, &to]));
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+    // Relayed through the client, as scp -3.
+    let out = t.haul(&[
+        "cp",
+        "-rp",
+        "--through-client",
+        "--json",
+        &from,
+        &t.b.remote(&sb, "relayed/"),
+    ]);
+    ok(&out);
+    assert_eq!(json(&out)["state"], "succeeded");
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("relayed"));
+    let both = t.haul(&["cp", "-r", "--through-client", "--detach", &from, &to]);
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "--through-client with --detach"
+    );
+    // The daemon's log names the grant and the job.
+    let log_b = sb.log.lock().unwrap().clone();
+    assert!(log_b.contains("granted one-time key"), "{log_b}");
+    // A destination that is not there ends the job at once, with B's
+    // reason and its exit code.
+    let out = t.haul(&["cp", "-r", &from, &t.b.remote(&sb, "no/such/dir/")]);
+    let err = fails(&out, 6);
+    assert!(err.contains("no/such"), "{err}");
+}
+
+/// A free loopback port, for a daemon that must come back on the same.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An HTTP listener that takes POSTs and keeps their bodies.
+fn listener() -> (u16, std::sync::mpsc::Receiver<String>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(8) {
+            let Ok(mut s) = s else { continue };
+            s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut len = 0;
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let _ = s.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n");
+            let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn a_detached_job_outlives_its_destination_restarting_and_notifies() {
+    let t = Two::new();
+    let size = 24 << 20;
+    let data = random_bytes(size, 42);
+    fs::create_dir_all(t.a.root.join("big")).unwrap();
+    write_file(&t.a.root.join("big/file"), &data);
+    fs::create_dir_all(t.b.root.join("in")).unwrap();
+    let port_b = free_port();
+    let listen_b = format!("127.0.0.1:{port_b}");
+    let sa = t.a.serve();
+    let mut sb = t.b.serve_with(&["--listen", &listen_b]);
+    let (http, posted) = listener();
+    let url = format!("http://127.0.0.1:{http}/hook");
+    let out = t.haul(&[
+        "cp",
+        "-r",
+        "--detach",
+        "--json",
+        "--rate",
+        "32M",
+        "--notify-url",
+        &url,
+        &t.a.remote(&sa, "big/"),
+        &format!("127.0.0.1:{port_b}:in/"),
+    ]);
+    ok(&out);
+    let id = json(&out)["job"].as_str().unwrap().to_string();
+    // The client has exited. B goes away mid-run and comes back.
+    let part = |root: &Path| temporaries(root).into_iter().next();
+    assert!(wait_until(Duration::from_secs(30), || part(&t.b.root)
+        .is_some_and(
+            |p| fs::metadata(p).map(|m| m.len()).unwrap_or(0) > 0
+        )
+        && delivered_any(&t.b.root)));
+    std::thread::sleep(Duration::from_millis(1500));
+    sb.kill();
+    let show = t.haul(&["jobs", "show", &id, "--json"]);
+    ok(&show);
+    std::thread::sleep(Duration::from_secs(2));
+    let _sb = t.b.serve_with(&["--listen", &listen_b]);
+    // The job retries, resumes, and ends verified.
+    let done = wait_until(Duration::from_secs(90), || {
+        let o = t.haul(&["jobs", "show", &id, "--json"]);
+        json(&o)["state"] == "succeeded"
+    });
+    let o = t.haul(&["jobs", "show", &id, "--json"]);
+    let v = json(&o);
+    assert!(done, "{v}");
+    assert_eq!(fs::read(t.b.root.join("in/file")).unwrap(), data);
+    assert!(temporaries(&t.b.root).is_empty());
+    let events = v["events"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["event"] == "fault"), "{v}");
+    // File bytes each attempt brought: a fault's verified ones, the
+    // success's sent ones; past the file's size, they were sent twice.
+    let sent: u64 = events
+        .iter()
+        .map(|e| match e["event"].as_str() {
+            Some("fault") => e["bytes"].as_u64().unwrap_or(0),
+            Some("succeeded") => e["sent"].as_u64().unwrap_or(0),
+            _ => 0,
+        })
+        .sum();
+    let resent = sent.saturating_sub(size as u64);
+    eprintln!(
+        "{sent} file bytes sent for {size} over {} attempts",
+        v["attempts"]
+    );
+    assert!(resent <= size as u64 / 100, "re-sent {resent} bytes: {v}");
+    // The notification reached the listener, and is journaled.
+    let body = posted
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a notification");
+    let n: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(n["id"], id.as_str());
+    assert_eq!(n["state"], "succeeded");
+    assert!(wait_until(Duration::from_secs(10), || {
+        let o = t.haul(&["jobs", "show", &id, "--json"]);
+        json(&o)["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event"] == "notified" && e["ok"] == true)
+    }));
+    // Listed, and seen by no other key.
+    let list = t.haul(&["jobs", "--json"]);
+    assert!(json(&list)["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|j| j["id"] == id.as_str()));
+    let other = Env::new();
+    let key = fs::read_to_string(other.home.join("id_x25519.pub")).unwrap();
+    let mut keys = fs::read_to_string(t.a.server_home.join("authorized_keys")).unwrap();
+    keys.push_str(&format!("jobs {key}"));
+    fs::write(t.a.server_home.join("authorized_keys"), keys).unwrap();
+    let mut c = Command::new(HAUL);
+    c.args(["jobs", "show", &id, "--on"])
+        .arg(format!("127.0.0.1:{}", sa.port))
+        .env("HAUL_HOME", &other.home);
+    fails(&output_within(c, Duration::from_secs(30)), 6);
+}
+
+fn delivered_any(root: &Path) -> bool {
+    temporaries(root)
+        .iter()
+        .any(|p| fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
+}
+
+#[test]
+fn pause_resume_cancel_retry_and_a_revoked_key() {
+    let t = Two::new();
+    tree(&t.a.root.join("data"), 4, 1_000_000);
+    fs::create_dir_all(t.b.root.join("in")).unwrap();
+    let port_b = free_port();
+    let listen_b = format!("127.0.0.1:{port_b}");
+    let sa = t.a.serve();
+    let mut sb = t.b.serve_with(&["--listen", &listen_b]);
+    let (from, to) = (t.a.remote(&sa, "data/"), format!("127.0.0.1:{port_b}:in/"));
+    // Submitted while B runs; B then goes: the job waits to retry.
+    let out = t.haul(&[
+        "cp", "-rp", "--detach", "--json", "--rate", "2M", &from, &to,
+    ]);
+    ok(&out);
+    let id = json(&out)["job"].as_str().unwrap().to_string();
+    sb.kill();
+    let state = |t: &Two| {
+        json(&t.haul(&["jobs", "show", &id, "--json"]))["state"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || state(&t) == "retrying"),
+        "{}",
+        state(&t)
+    );
+    ok(&t.haul(&["jobs", "pause", &id]));
+    assert_eq!(state(&t), "paused");
+    fails(&t.haul(&["jobs", "pause", &id]), 2);
+    ok(&t.haul(&["jobs", "resume", &id]));
+    ok(&t.haul(&["jobs", "cancel", &id]));
+    assert_eq!(state(&t), "cancelled");
+    // Retried with B back, it ends verified.
+    let mut sb = t.b.serve_with(&["--listen", &listen_b]);
+    ok(&t.haul(&["jobs", "retry", &id]));
+    assert!(
+        wait_until(Duration::from_secs(60), || state(&t) == "succeeded"),
+        "{}",
+        state(&t)
+    );
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+    // A job whose key is revoked ends with that reason (seen by an
+    // operator key).
+    write_file(&t.a.root.join("data/more"), &random_bytes(3_000_000, 3));
+    let out = t.haul(&["cp", "-r", "--detach", "--json", "--rate", "2M", &from, &to]);
+    let id = json(&out)["job"].as_str().unwrap().to_string();
+    sb.kill();
+    let op = Env::new();
+    let op_key = fs::read_to_string(op.home.join("id_x25519.pub")).unwrap();
+    fs::write(
+        t.a.server_home.join("authorized_keys"),
+        format!("operator {op_key}"),
+    )
+    .unwrap();
+    let op_show = || {
+        let mut c = Command::new(HAUL);
+        c.args(["jobs", "show", &id, "--json", "--on"])
+            .arg(format!("127.0.0.1:{}", sa.port))
+            .env("HAUL_HOME", &op.home);
+        output_within(c, Duration::from_secs(20))
+    };
+    let seen = wait_until(Duration::from_secs(40), || {
+        json(&op_show())["state"] == "failed"
+    });
+    let v = json(&op_show());
+    assert!(seen, "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no longer authorized"),
+        "{v}"
+    );
+    assert_eq!(v["exit_code"], 4);
+}
