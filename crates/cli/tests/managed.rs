@@ -358,3 +358,126 @@ fn pause_resume_cancel_retry_and_a_revoked_key() {
     );
     assert_eq!(v["exit_code"], 4);
 }
+
+/// A daemon serving a bucket is either end of a job: objects pushed from
+/// A's bucket into B's files, and from A's files into B's bucket.
+#[test]
+fn a_bucket_on_either_end() {
+    if !common::s3gw::gateway_available("the managed-transfer bucket test") {
+        return;
+    }
+    let t = Two::new();
+    let gw = common::s3gw::Gateway::start(t.a.dir.path(), &["bkt"]);
+    tree(&t.a.local.join("data"), 3, 200_000);
+    let mut up = t.a.cp_cmd(&[
+        "-r",
+        "-p",
+        &format!("{}/", t.a.local.join("data").display()),
+        "s3://bkt/served/data/",
+    ]);
+    gw.env(&mut up);
+    ok(&output_within(up, Duration::from_secs(60)));
+    let serve_bucket = |env: &Env, root: &str| {
+        let port = free_port();
+        let mut c = Command::new(HAUL);
+        c.args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--root",
+            root,
+        ])
+        .env("HAUL_HOME", &env.server_home);
+        gw.env(&mut c);
+        (common::emu::start_listening(c), port)
+    };
+    let (_sa, pa) = serve_bucket(&t.a, "s3://bkt/served");
+    let sb = t.b.serve();
+    let out = t.haul(&[
+        "cp",
+        "-r",
+        "-p",
+        &format!("127.0.0.1:{pa}:data/"),
+        &t.b.remote(&sb, "in/"),
+    ]);
+    ok(&out);
+    assert_same_contents(&t.a.local.join("data"), &t.b.root.join("in"));
+    // And files into a bucket.
+    let (_sb2, pb) = serve_bucket(&t.b, "s3://bkt/landing");
+    let sa2 = t.a.serve();
+    fs::create_dir_all(t.a.root.join("run")).unwrap();
+    write_file(&t.a.root.join("run/f"), &random_bytes(150_000, 9));
+    let out = t.haul(&[
+        "cp",
+        "-r",
+        &t.a.remote(&sa2, "run/"),
+        &format!("127.0.0.1:{pb}:out/"),
+    ]);
+    ok(&out);
+    assert_eq!(
+        fs::read(gw.object("bkt", "landing/out/f")).unwrap(),
+        random_bytes(150_000, 9)
+    );
+}
+
+/// The daemon that holds a job is killed mid-run and started again: the
+/// job is read back from its journal, retried, and ends verified; the
+/// daemon's `--notify-exec` command gets the job's JSON. A job's own
+/// command needs an operator key.
+#[test]
+fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
+    let t = Two::new();
+    tree(&t.a.root.join("data"), 4, 1_000_000);
+    fs::create_dir_all(t.b.root.join("in")).unwrap();
+    let port_a = free_port();
+    let listen_a = format!("127.0.0.1:{port_a}");
+    let told = t.a.dir.path().join("told.json");
+    let cmd = format!("cat > {}", told.display());
+    let serve_a = || {
+        t.a.serve_with(&["--listen", &listen_a, "--notify-exec", &cmd])
+    };
+    let mut sa = serve_a();
+    let sb = t.b.serve();
+    let (from, to) = (format!("{listen_a}:data/"), t.b.remote(&sb, "in/"));
+    let e = fails(
+        &t.haul(&["cp", "-r", "--detach", "--notify-exec", "true", &from, &to]),
+        7,
+    );
+    assert!(e.contains("operator"), "{e}");
+    let out = t.haul(&[
+        "cp", "-rp", "--detach", "--json", "--rate", "4M", &from, &to,
+    ]);
+    ok(&out);
+    let id = json(&out)["job"].as_str().unwrap().to_string();
+    let show = || json(&t.haul(&["jobs", "show", &id, "--json"]));
+    assert!(wait_until(Duration::from_secs(30), || show()["bytes_done"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0));
+    sa.kill();
+    let _sa = serve_a();
+    assert!(
+        wait_until(Duration::from_secs(90), || show()["state"] == "succeeded"),
+        "{}",
+        show()
+    );
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+    let v = show();
+    let faults: Vec<&serde_json::Value> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "fault")
+        .collect();
+    assert!(
+        faults
+            .iter()
+            .any(|e| e["error"].as_str().unwrap_or("").contains("daemon stopped")),
+        "{v}"
+    );
+    assert!(wait_until(Duration::from_secs(20), || fs::read(&told)
+        .is_ok_and(|b| !b.is_empty())));
+    let n: serde_json::Value = serde_json::from_slice(&fs::read(&told).unwrap()).unwrap();
+    assert_eq!(n["id"], id.as_str());
+    assert_eq!(n["state"], "succeeded");
+}

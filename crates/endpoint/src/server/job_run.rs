@@ -34,18 +34,41 @@ impl Host for super::Server {
         options: &jobs::spec::Options,
     ) -> Result<(u64, u64), TransferError> {
         let req = access.allow(pull_request(sources, options))?;
-        let root = access.root(&self.cfg.root)?;
-        let (walked, _) = self.walk_request(&root, &req)?;
-        let files = walked
-            .entries
+        let (entries, _, bytes) = self.job_sources(access, &req)?;
+        let files = entries
             .iter()
             .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
             .count() as u64;
-        Ok((files, walked.file_bytes()))
+        Ok((files, bytes))
     }
 
     fn notify(&self) -> jobs::spec::Notify {
         self.cfg.notify.clone()
+    }
+}
+
+impl super::Server {
+    /// A job's sources, as its key's pull would read them: objects where
+    /// this daemon serves a bucket, else files walked beneath the key's
+    /// root (P-43); with their bytes.
+    fn job_sources(
+        &self,
+        access: &KeyOptions,
+        req: &Request,
+    ) -> Result<(Vec<wire::Entry>, Box<dyn store::BlockSource>, u64), TransferError> {
+        if let Some(b) = self
+            .cfg
+            .buckets
+            .as_ref()
+            .filter(|b| req.paths.iter().all(|p| b.serves(p)))
+        {
+            let select = transfer::selection(&req.select)?;
+            return b.sources(&req.paths, req.recursive, &select);
+        }
+        let root = access.root(&self.cfg.root)?;
+        let (walked, sources) = self.walk_request(&root, req)?;
+        let bytes = walked.file_bytes();
+        Ok((walked.entries, Box::new(sources), bytes))
     }
 }
 
@@ -109,15 +132,13 @@ fn run(server: &super::Server, rec: &Record, slot: &Attempt) -> Result<Outcome, 
         ));
     }
     let req = opts.allow(pull_request(&rec.spec.sources, &rec.spec.options))?;
-    let root = opts.root(&server.cfg.root)?;
-    let (walked, sources) = server.walk_request(&root, &req)?;
+    let (entries, sources, _) = server.job_sources(&opts, &req)?;
     let cfg = client_config(server, rec, (req.rate, slot.relay.clone()))?;
     let connected = Connected::connect(cfg)?;
     slot.connected(connected.progress())?;
-    let entries = walked.entries.clone();
     let report = connected.push_from(
         entries,
-        Box::new(sources),
+        sources,
         &spec.dest.path,
         (o.recursive, o.many_sources, o.contents),
     )?;
