@@ -294,3 +294,95 @@ fn a_detached_job_survives_a_cut_link_and_a_restarted_destination() {
     drop(client);
     emu.stop();
 }
+
+/// Not a test but a measurement (`cargo test --test managed_wan -- --ignored
+/// --nocapture`): a third-party copy from the client's namespace against
+/// the same copy started on A, on a 1 Gbit/s, 150 ms WAN between A and B,
+/// alternating, first contact each time (no path known). Prints goodput.
+#[test]
+#[ignore]
+fn measure_third_party_against_a_copy_started_on_a() {
+    if !require_emulator("the third-party measurement") {
+        return;
+    }
+    let link = LinkConfig {
+        delay: Duration::from_millis(75),
+        rate_bps: Some(1_000_000_000),
+        ..Default::default()
+    };
+    let mut emu = Emulator::start(EmulatorConfig {
+        name: unique_name("mgm"),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 3,
+        block_udp: false,
+        only_tcp_ports: vec![],
+        path_mtu: None,
+    })
+    .expect("emulator starts");
+    let client = ClientNs::start(&emu);
+    let a = Env::new();
+    let b = Env::new();
+    let key = fs::read_to_string(a.home.join("id_x25519.pub")).unwrap();
+    fs::write(a.server_home.join("authorized_keys"), format!("jobs {key}")).unwrap();
+    fs::write(b.server_home.join("authorized_keys"), &key).unwrap();
+    let size: usize = std::env::var("MG_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+        << 20;
+    fs::create_dir_all(a.root.join("src")).unwrap();
+    write_file(&a.root.join("src/big"), &random_bytes(size, 11));
+    let _sa = serve(&emu, true, &a.server_home, &a.root);
+    let _sb = serve(&emu, false, &b.server_home, &b.root);
+    let runs: usize = std::env::var("MG_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let (mut third, mut on_a) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        // Started on A, as its operator would: A's files, B's daemon.
+        let home = a.dir.path().join(format!("on-a-{i}"));
+        fs::create_dir_all(&home).unwrap();
+        fs::copy(a.home.join("id_x25519"), home.join("id_x25519")).unwrap();
+        let mut c = emu.command_a(HAUL);
+        c.args(["cp", "--json"])
+            .arg(a.root.join("src/big"))
+            .arg(format!("{ADDR_B}:7050:on-a-{i}"))
+            .env("HAUL_HOME", &home)
+            .stdin(Stdio::null());
+        let t0 = Instant::now();
+        let out = output_within(c, Duration::from_secs(300));
+        ok(&out);
+        on_a.push(size as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6);
+        // Third-party, orchestrated from the client's namespace.
+        let t0 = Instant::now();
+        let out = client.haul(
+            &a.home,
+            &[
+                "cp",
+                "--json",
+                &format!("{ADDR_A}:7050:src/big"),
+                &format!("{ADDR_B}:7050:tp-{i}"),
+            ],
+        );
+        ok(&out);
+        third.push(size as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6);
+        let _ = fs::remove_file(b.root.join(format!("on-a-{i}")));
+        let _ = fs::remove_file(b.root.join(format!("tp-{i}")));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        v[v.len() / 2]
+    };
+    eprintln!("started on A (Mbit/s, wall time of the command): {on_a:.0?}");
+    eprintln!("third-party from the client: {third:.0?}");
+    let (m3, ma) = (median(&mut third), median(&mut on_a));
+    eprintln!(
+        "medians: third-party {m3:.0}, on A {ma:.0}: ratio {:.3}",
+        m3 / ma
+    );
+    drop(client);
+    emu.stop();
+}

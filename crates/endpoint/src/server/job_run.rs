@@ -55,7 +55,7 @@ impl super::Server {
         &self,
         access: &KeyOptions,
         req: &Request,
-    ) -> Result<(Vec<wire::Entry>, Box<dyn store::BlockSource>, u64), TransferError> {
+    ) -> Result<super::bucket::Objects, TransferError> {
         if let Some(b) = self
             .cfg
             .buckets

@@ -223,7 +223,7 @@ fn follow(svc: &Arc<Service>, id: Id, w: &mut FrameWriter) -> Result<(), Transfe
         if done {
             return Ok(());
         }
-        std::thread::sleep(FOLLOW_EVERY);
+        svc.changed(FOLLOW_EVERY);
     }
 }
 

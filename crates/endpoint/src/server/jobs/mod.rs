@@ -357,6 +357,13 @@ impl Service {
         }
     }
 
+    /// Waits until something changes in the queue (an event), or `limit`:
+    /// a follower hears of a job's end at once.
+    fn changed(&self, limit: Duration) {
+        let inner = lock(&self.inner);
+        let _ = self.wake.wait_timeout(inner, limit);
+    }
+
     /// Runs `f` on the queue under its lock and carries out its effects.
     fn with<T>(self: &Arc<Self>, f: impl FnOnce(&mut Queue, u64) -> (T, Vec<Effect>)) -> T {
         let mut inner = lock(&self.inner);
