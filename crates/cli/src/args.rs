@@ -450,6 +450,22 @@ pub struct CpArgs {
     pub common: Common,
 }
 
+impl CpArgs {
+    /// The request's deduplication and sync options (P-31, P-32, P-44).
+    pub fn sync_options(&self) -> wire::SyncOptions {
+        wire::SyncOptions {
+            dedup: !self.no_dedup,
+            update: self.update || self.checksum,
+            checksum: self.checksum,
+            delete: self.delete,
+            delete_partials: self.delete_partials,
+            dry_run: self.dry_run,
+            ignore_existing: self.select.ignore_existing,
+            ..Default::default()
+        }
+    }
+}
+
 /// What is sent, as rsync and rclone select it (P-44). Rules apply in the
 /// order given, the first match deciding; see `haul help cp`.
 #[derive(Args, Clone, Default)]

@@ -227,14 +227,7 @@ fn a_detached_job_outlives_its_destination_restarting_and_notifies() {
     assert!(events.iter().any(|e| e["event"] == "fault"), "{v}");
     // File bytes each attempt brought: a fault's verified ones, the
     // success's sent ones; past the file's size, they were sent twice.
-    let sent: u64 = events
-        .iter()
-        .map(|e| match e["event"].as_str() {
-            Some("fault") => e["bytes"].as_u64().unwrap_or(0),
-            Some("succeeded") => e["sent"].as_u64().unwrap_or(0),
-            _ => 0,
-        })
-        .sum();
+    let sent = job_bytes_sent(&v);
     let resent = sent.saturating_sub(size as u64);
     eprintln!(
         "{sent} file bytes sent for {size} over {} attempts",
@@ -457,7 +450,7 @@ fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
     sa.kill();
     let _sa = serve_a();
     assert!(
-        wait_until(Duration::from_secs(90), || show()["state"] == "succeeded"),
+        wait_until(Duration::from_secs(150), || show()["state"] == "succeeded"),
         "{}",
         show()
     );

@@ -99,6 +99,37 @@ impl ClientNs {
     }
 }
 
+/// The WAN between A and B: `delay_ms` each way, `rate` bits a second.
+fn wan(tag: &str, delay_ms: u64, rate: u64) -> Emulator {
+    let link = LinkConfig {
+        delay: Duration::from_millis(delay_ms),
+        rate_bps: Some(rate),
+        ..Default::default()
+    };
+    Emulator::start(EmulatorConfig {
+        name: unique_name(tag),
+        a2b: link.clone(),
+        b2a: link,
+        mtu: 1500,
+        seed: 42,
+        block_udp: false,
+        only_tcp_ports: vec![],
+        path_mtu: None,
+    })
+    .expect("emulator starts")
+}
+
+/// The client's environment with A (whose daemon lets its key run jobs)
+/// and B's (which lets it push).
+fn envs() -> (Env, Env) {
+    let a = Env::new();
+    let b = Env::new();
+    let key = fs::read_to_string(a.home.join("id_x25519.pub")).unwrap();
+    fs::write(a.server_home.join("authorized_keys"), format!("jobs {key}")).unwrap();
+    fs::write(b.server_home.join("authorized_keys"), &key).unwrap();
+    (a, b)
+}
+
 fn serve(emu: &Emulator, in_a: bool, home: &std::path::Path, root: &std::path::Path) -> Remote {
     let (mut c, addr): (Command, _) = match in_a {
         true => (emu.command_a(HAUL), ADDR_A),
@@ -120,29 +151,10 @@ fn a_detached_job_survives_a_cut_link_and_a_restarted_destination() {
     if !require_emulator("the managed-transfer WAN test") {
         return;
     }
-    let link = LinkConfig {
-        delay: Duration::from_millis(20),
-        rate_bps: Some(200_000_000),
-        ..Default::default()
-    };
-    let mut emu = Emulator::start(EmulatorConfig {
-        name: unique_name("mg"),
-        a2b: link.clone(),
-        b2a: link,
-        mtu: 1500,
-        seed: 42,
-        block_udp: false,
-        only_tcp_ports: vec![],
-        path_mtu: None,
-    })
-    .expect("emulator starts");
+    let mut emu = wan("mg", 20, 200_000_000);
     let client = ClientNs::start(&emu);
     // The client's keys; A lets it run jobs, B lets it push.
-    let a = Env::new();
-    let b = Env::new();
-    let key = fs::read_to_string(a.home.join("id_x25519.pub")).unwrap();
-    fs::write(a.server_home.join("authorized_keys"), format!("jobs {key}")).unwrap();
-    fs::write(b.server_home.join("authorized_keys"), &key).unwrap();
+    let (a, b) = envs();
     let size = 96usize << 20;
     let data = random_bytes(size, 7);
     fs::create_dir_all(a.root.join("run")).unwrap();
@@ -225,14 +237,7 @@ fn a_detached_job_survives_a_cut_link_and_a_restarted_destination() {
     assert_eq!(fs::read(b.root.join("in/small")).unwrap(), b"small");
     assert!(temporaries(&b.root).is_empty());
     let events = v["events"].as_array().unwrap();
-    let sent: u64 = events
-        .iter()
-        .map(|e| match e["event"].as_str() {
-            Some("fault") => e["bytes"].as_u64().unwrap_or(0),
-            Some("succeeded") => e["sent"].as_u64().unwrap_or(0),
-            _ => 0,
-        })
-        .sum();
+    let sent = job_bytes_sent(&v);
     let resent = sent.saturating_sub(size as u64);
     eprintln!(
         "{} attempts, {sent} file bytes sent for {size}: {:.2}% sent again",
@@ -305,28 +310,9 @@ fn measure_third_party_against_a_copy_started_on_a() {
     if !require_emulator("the third-party measurement") {
         return;
     }
-    let link = LinkConfig {
-        delay: Duration::from_millis(75),
-        rate_bps: Some(1_000_000_000),
-        ..Default::default()
-    };
-    let mut emu = Emulator::start(EmulatorConfig {
-        name: unique_name("mgm"),
-        a2b: link.clone(),
-        b2a: link,
-        mtu: 1500,
-        seed: 3,
-        block_udp: false,
-        only_tcp_ports: vec![],
-        path_mtu: None,
-    })
-    .expect("emulator starts");
+    let mut emu = wan("mgm", 75, 1_000_000_000);
     let client = ClientNs::start(&emu);
-    let a = Env::new();
-    let b = Env::new();
-    let key = fs::read_to_string(a.home.join("id_x25519.pub")).unwrap();
-    fs::write(a.server_home.join("authorized_keys"), format!("jobs {key}")).unwrap();
-    fs::write(b.server_home.join("authorized_keys"), &key).unwrap();
+    let (a, b) = envs();
     let size: usize = std::env::var("MG_MIB")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -237,16 +237,16 @@ impl Queue {
                     "its deadline passed before it could finish (--deadline)"
                 };
                 let reason = format!("{why}, after {} attempt(s){last}", job.standing.attempts);
-                job.push(
+                finish(
+                    job,
                     Event::Failed {
                         at: now,
                         code,
                         reason,
                     },
+                    now,
                     &mut out,
                 );
-                out.push(Effect::Notify(id));
-                out.extend(repeat(job, now));
                 continue;
             }
             if slots == 0 {
@@ -284,21 +284,17 @@ impl Queue {
                 secs,
                 rate_bps,
             } => {
-                job.push(
-                    Event::Succeeded {
-                        at: now,
-                        attempt,
-                        files,
-                        bytes,
-                        sent,
-                        wire,
-                        secs,
-                        rate_bps,
-                    },
-                    &mut out,
-                );
-                out.push(Effect::Notify(id));
-                out.extend(repeat(job, now));
+                let done = Event::Succeeded {
+                    at: now,
+                    attempt,
+                    files,
+                    bytes,
+                    sent,
+                    wire,
+                    secs,
+                    rate_bps,
+                };
+                finish(job, done, now, &mut out);
             }
             Outcome::Fault {
                 code,
@@ -328,16 +324,16 @@ impl Queue {
                     } else {
                         format!("{error} (after {attempt} attempt(s); --max-retries or --deadline reached)")
                     };
-                    job.push(
+                    finish(
+                        job,
                         Event::Failed {
                             at: now,
                             code,
                             reason,
                         },
+                        now,
                         &mut out,
                     );
-                    out.push(Effect::Notify(id));
-                    out.extend(repeat(job, now));
                 }
             }
         }
@@ -349,68 +345,81 @@ impl Queue {
     /// `haul jobs pause`: a queued, retrying or running job waits until
     /// resumed; a running attempt is stopped (its verified blocks stay).
     pub fn pause(&mut self, id: Id, now: u64) -> Result<Vec<Effect>, Refused> {
-        let job = self.jobs.get_mut(&id).ok_or(Refused::NoSuchJob)?;
-        let state = job.standing.state;
-        if !matches!(state, State::Queued | State::Retrying | State::Running) {
-            return Err(Refused::State(format!(
-                "the job is {}; only a queued, retrying or running job pauses",
-                state.name()
-            )));
-        }
-        let mut out = Vec::new();
-        job.push(Event::Paused { at: now }, &mut out);
-        if state == State::Running {
-            out.push(Effect::Stop(id));
-        }
-        Ok(out)
+        let when = &[State::Queued, State::Retrying, State::Running];
+        self.change(
+            id,
+            when,
+            "only a queued, retrying or running job pauses",
+            Event::Paused { at: now },
+            now,
+        )
     }
 
     /// `haul jobs resume`: a paused job is queued again.
     pub fn resume(&mut self, id: Id, now: u64) -> Result<Vec<Effect>, Refused> {
-        let job = self.jobs.get_mut(&id).ok_or(Refused::NoSuchJob)?;
-        if job.standing.state != State::Paused {
-            return Err(Refused::State(format!(
-                "the job is {}; only a paused job resumes",
-                job.standing.state.name()
-            )));
-        }
-        let mut out = Vec::new();
-        job.push(Event::Resumed { at: now }, &mut out);
-        out.extend(self.poll(now));
-        Ok(out)
+        self.change(
+            id,
+            &[State::Paused],
+            "only a paused job resumes",
+            Event::Resumed { at: now },
+            now,
+        )
     }
 
     /// `haul jobs cancel`: the job ends, and a repeat series with it.
     pub fn cancel(&mut self, id: Id, now: u64) -> Result<Vec<Effect>, Refused> {
-        let job = self.jobs.get_mut(&id).ok_or(Refused::NoSuchJob)?;
-        let state = job.standing.state;
-        if state.is_final() {
-            return Err(Refused::State(format!(
-                "the job has already {}",
-                state.name()
-            )));
-        }
-        let mut out = Vec::new();
-        job.push(Event::Cancelled { at: now }, &mut out);
-        if state == State::Running {
-            out.push(Effect::Stop(id));
-        }
-        Ok(out)
+        let when = &[
+            State::Queued,
+            State::Retrying,
+            State::Running,
+            State::Paused,
+        ];
+        self.change(
+            id,
+            when,
+            "it has ended already",
+            Event::Cancelled { at: now },
+            now,
+        )
     }
 
     /// `haul jobs retry`: a failed or cancelled job runs again, with a
     /// new series of attempts (and deadline), from what is verified.
     pub fn retry(&mut self, id: Id, now: u64) -> Result<Vec<Effect>, Refused> {
+        let when = &[State::Failed, State::Cancelled];
+        self.change(
+            id,
+            when,
+            "only a failed or cancelled job is retried",
+            Event::Retried { at: now },
+            now,
+        )
+    }
+
+    /// The user's call on a job in one of the states `when`: `event`
+    /// journaled, a running attempt stopped where the job no longer runs,
+    /// and whatever may start now started.
+    fn change(
+        &mut self,
+        id: Id,
+        when: &[State],
+        only: &str,
+        event: Event,
+        now: u64,
+    ) -> Result<Vec<Effect>, Refused> {
         let job = self.jobs.get_mut(&id).ok_or(Refused::NoSuchJob)?;
         let state = job.standing.state;
-        if !matches!(state, State::Failed | State::Cancelled) {
+        if !when.contains(&state) {
             return Err(Refused::State(format!(
-                "the job is {}; only a failed or cancelled job is retried",
+                "the job is {}; {only}",
                 state.name()
             )));
         }
         let mut out = Vec::new();
-        job.push(Event::Retried { at: now }, &mut out);
+        job.push(event, &mut out);
+        if state == State::Running && job.standing.state != State::Running {
+            out.push(Effect::Stop(id));
+        }
         out.extend(self.poll(now));
         Ok(out)
     }
@@ -441,6 +450,14 @@ impl Queue {
         }
         out
     }
+}
+
+/// The job ends with `event` (succeeded or failed): journaled, notified,
+/// and its next run made if it repeats.
+fn finish(job: &mut Job, event: Event, now: u64, out: &mut Vec<Effect>) {
+    job.push(event, out);
+    out.push(Effect::Notify(job.record.id));
+    out.extend(repeat(job, now));
 }
 
 /// When the next attempt of a job whose attempt just failed starts:

@@ -155,16 +155,7 @@ fn client_config(
         transport,
         preserve: a.preserve,
         compress: a.compress,
-        sync: wire::SyncOptions {
-            dedup: !a.no_dedup,
-            update: a.update || a.checksum,
-            checksum: a.checksum,
-            delete: a.delete,
-            delete_partials: a.delete_partials,
-            dry_run: a.dry_run,
-            ignore_existing: a.select.ignore_existing,
-            ..Default::default()
-        },
+        sync: a.sync_options(),
         select: a.select.wire(),
         itemize: a.select.itemize_changes || a.common.verbose > 0,
         basis: a.basis.clone(),

@@ -192,16 +192,7 @@ fn daemon(a: &CpArgs, peer: Peer) -> Result<ClientConfig, TransferError> {
 
 fn options(a: &CpArgs, sources: &[String]) -> Options {
     let sel = a.select.wire();
-    let sync = wire::SyncOptions {
-        dedup: !a.no_dedup,
-        update: a.update || a.checksum,
-        checksum: a.checksum,
-        delete: a.delete,
-        delete_partials: a.delete_partials,
-        dry_run: a.dry_run,
-        ignore_existing: a.select.ignore_existing,
-        ..Default::default()
-    };
+    let sync = a.sync_options();
     let (compress, compress_level) = a.compress.to_wire();
     Options {
         recursive: a.recursive,

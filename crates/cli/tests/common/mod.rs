@@ -408,3 +408,23 @@ pub fn forget_last_answer(journals: &Path) {
     );
     fs::write(&journal, lines.join("\n") + "\n").unwrap();
 }
+
+/// File bytes a job's attempts brought to its destination, from its
+/// view with events (`haul jobs show --json`): each fault's verified
+/// bytes and the success's sent ones. Past the file bytes of the
+/// transfer, they were sent more than once.
+pub fn job_bytes_sent(view: &serde_json::Value) -> u64 {
+    view["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .map(|e| match e["event"].as_str() {
+                    Some("fault") => e["bytes"].as_u64().unwrap_or(0),
+                    Some("succeeded") => e["sent"].as_u64().unwrap_or(0),
+                    _ => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
