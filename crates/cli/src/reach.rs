@@ -233,6 +233,11 @@ impl Dialer {
         }
     }
 
+    /// How ssh starts the remote side, for a route over ssh.
+    pub fn ssh_spec(&self) -> Option<&SshSpec> {
+        self.spec.as_ref()
+    }
+
     /// Whether the receiving end is in this process.
     pub fn is_here(&self) -> bool {
         self.here

@@ -108,6 +108,11 @@ fn a_copy_and_a_sync_between_two_daemons() {
     fs::remove_file(t.b.root.join("in/f0")).unwrap();
     ok(&t.haul(&["sync", &from, &to]));
     assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+    // --delete goes through the grant too.
+    write_file(&t.b.root.join("in/extra"), b"not at the source");
+    ok(&t.haul(&["sync", "--delete", &from, &to]));
+    assert!(!t.b.root.join("in/extra").exists());
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
     // Relayed through the client, as scp -3.
     let out = t.haul(&[
         "cp",
@@ -473,4 +478,64 @@ fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
     let n: serde_json::Value = serde_json::from_slice(&fs::read(&told).unwrap()).unwrap();
     assert_eq!(n["id"], id.as_str());
     assert_eq!(n["state"], "succeeded");
+}
+
+/// Either end, or both, reached over ssh (a side started there for the
+/// command, as scp's): the data still go from A to B directly.
+#[test]
+fn ends_reached_over_ssh() {
+    if !common::sshd::sshd_available("ends_reached_over_ssh") {
+        return;
+    }
+    let t = Two::new();
+    let sshd = common::sshd::Sshd::start(t.a.dir.path());
+    let rsh = sshd.rsh();
+    let over_ssh = |args: &[&str]| {
+        let mut all = vec!["cp", "-e", rsh.as_str(), "--remote-haul", HAUL];
+        all.extend_from_slice(args);
+        t.haul(&all)
+    };
+    tree(&t.a.root.join("data"), 3, 200_000);
+    let src = t.a.root.join("data");
+    let sa = t.a.serve();
+    let sb = t.b.serve();
+    // A over ssh, B a daemon.
+    let out = over_ssh(&[
+        "-rp",
+        "--json",
+        &format!("127.0.0.1:{}/", src.display()),
+        &t.b.remote(&sb, "from-ssh/"),
+    ]);
+    ok(&out);
+    assert_eq!(json(&out)["state"], "succeeded");
+    assert_same_contents(&src, &t.b.root.join("from-ssh"));
+    // A a daemon, B over ssh.
+    let to_ssh = t.b.dir.path().join("to-ssh");
+    let out = over_ssh(&[
+        "-rp",
+        &t.a.remote(&sa, "data/"),
+        &format!("127.0.0.1:{}/", to_ssh.display()),
+    ]);
+    ok(&out);
+    assert_same_contents(&src, &to_ssh);
+    // Both over ssh.
+    let both = t.b.dir.path().join("both");
+    let out = over_ssh(&[
+        "-rp",
+        &format!("127.0.0.1:{}/", src.display()),
+        &format!("127.0.0.1:{}/", both.display()),
+    ]);
+    ok(&out);
+    assert_same_contents(&src, &both);
+    // A side ssh starts ends with the command: no --detach.
+    let e = fails(
+        &over_ssh(&[
+            "-r",
+            "--detach",
+            &format!("127.0.0.1:{}/", src.display()),
+            &t.b.remote(&sb, "x/"),
+        ]),
+        2,
+    );
+    assert!(e.contains("--detach"), "{e}");
 }

@@ -153,7 +153,18 @@ impl Queue {
             standing,
         };
         let mut out = Vec::new();
-        if standing.state == State::Running {
+        if job.record.spec.attached && !standing.state.is_final() {
+            // Its client followed it, and is gone with the daemon: it ends
+            // (J-7); the same command resumes from what was verified.
+            let reason = "the daemon stopped while its client followed this job; run the same command again to resume from what was verified".to_string();
+            let failed = Event::Failed {
+                at: now,
+                code: 10,
+                reason,
+            };
+            finish(&mut job, failed, now, &mut out);
+            self.jobs.insert(id, job);
+        } else if standing.state == State::Running {
             let fault = Outcome::Fault {
                 code: 10,
                 error: "the daemon stopped while this job ran".into(),

@@ -176,6 +176,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
             (root, std::env::current_dir().ok())
         }
     };
+    let jobs_dir = std::env::temp_dir().join(format!("haul-stdio-jobs-{}", std::process::id()));
     let cfg = ServerConfig {
         transfer_log: endpoint::TransferLog::Off,
         metrics: None,
@@ -197,9 +198,11 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         prekeyed,
         buckets: opts.buckets,
         reload: None,
-        state: None,
+        // A transfer between two hosts runs here as a job this session
+        // follows (P-45); its journal lives as long as the session.
+        state: Some(jobs_dir.clone()),
         notify: Default::default(),
-        max_jobs: 1,
+        max_jobs: 4,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())
@@ -224,6 +227,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         Ok(s)
     });
     mux.close();
+    let _ = std::fs::remove_dir_all(&jobs_dir);
     res.map_err(|e| {
         TransferError::new(
             ErrorCode::Protocol,

@@ -1,16 +1,18 @@
-//! `haul cp A:src B:dst` (and `sync`): a transfer between two daemons,
-//! orchestrated from here while the data flow from A to B (P-45). The
-//! sources are measured on A; B issues a one-time grant for a key made
-//! here, bound to the destination, the options, a byte budget and a
-//! lifetime; the job, with that key's secret and B's proven key, goes to
-//! A through this key's session there. Without `--detach` it is followed
+//! `haul cp A:src B:dst` (and `sync`): a transfer between two hosts,
+//! orchestrated from here while the data flow from A to B (P-45). Each
+//! end is a daemon or a side ssh starts. The sources are measured on A;
+//! B issues a one-time grant for a key made here, bound to the
+//! destination, the options, a byte budget and a lifetime (over ssh, a
+//! side started there for that key alone); the job, with that key's
+//! secret and B's proven key, goes to A through this key's session
+//! there. Without `--detach` it is followed
 //! to its end (progress, summary, `--json`, exit code as any transfer);
 //! with it, its id is printed at once.
 
 use std::sync::Arc;
 
 use connect::{Progress, TransferError};
-use endpoint::{ClientConfig, Connected, GrantAsk};
+use endpoint::{Connected, GrantAsk};
 use jobs::call::{Answer, Call, View};
 use jobs::spec::{Dest, Kind, Notify, Options, Retry, Spec};
 use jobs::State;
@@ -43,13 +45,21 @@ pub fn third_party(
     (to, dest): (Peer, String),
 ) -> Result<Ended, TransferError> {
     check(a)?;
+    let reach_a = Reach::decide(&a.conn, from.clone())?;
+    let reach_b = Reach::decide(&a.conn, to.clone())?;
+    check_routes(a, &reach_a, &reach_b)?;
     let mut options = options(a, &sources);
     if a.managed.through_client {
         // Relayed connections are TCP, each a stream of its own.
         options.transport = 0;
         options.streams = Some(options.streams.unwrap_or(8).min(32));
     }
-    let mut on_a = Connected::connect(daemon(a, from.clone())?)?.jobs()?;
+    // A: its daemon, or the side ssh starts there, kept while the job runs.
+    let protection = crate::reach::protection(a.no_encrypt);
+    let mut dialer_a = reach_a.dialer(&a.conn, String::new())?;
+    let mut on_a = dialer_a
+        .connect(reach_a.config(&a.conn, protection)?)?
+        .jobs()?;
     let (files, bytes) = measure(&mut on_a, &sources, &options)?;
     let m = &a.managed;
     let every = m.every.map(|d| d.as_secs());
@@ -72,17 +82,7 @@ pub fn third_party(
         })
         .clamp(60, wire::MAX_GRANT_LIFETIME as u64);
     let one_time = Keypair::generate();
-    let b = daemon(a, to.clone())?;
-    let (host, port) = (b.host.clone(), b.port);
-    let a_at = (
-        from.host.clone(),
-        from.port.unwrap_or(endpoint::DEFAULT_PORT),
-    );
-    let b = Connected::connect(b)?;
-    let server_key = b
-        .server_key()
-        .ok_or_else(|| usage("the destination's key is not known"))?;
-    let expires = b.grant(&GrantAsk {
+    let ask = GrantAsk {
         key: one_time.public.0,
         path: dest.clone(),
         recursive: a.recursive,
@@ -92,7 +92,14 @@ pub fn third_party(
         budget,
         lifetime: lifetime as u32,
         repeat: every.is_some(),
-    })?;
+    };
+    let far = destination(a, &reach_b, &ask)?;
+    let a_at = (
+        from.host.clone(),
+        from.port.unwrap_or(endpoint::DEFAULT_PORT),
+    );
+    let (host, port, expires) = (far.host.clone(), far.port, far.expires);
+    let server_key = far.server_key;
     let spec_host = host.clone();
     let spec = Spec {
         kind,
@@ -100,7 +107,7 @@ pub fn third_party(
         dest: Dest {
             host,
             port,
-            addrs: Vec::new(),
+            addrs: far.addrs.clone(),
             server_key: wire::hex::encode(&server_key.0),
             grant_secret: one_time.secret_hex().to_string(),
             path: dest,
@@ -128,7 +135,9 @@ pub fn third_party(
         },
     )?)?;
     let id = view.id;
-    super::registry::add(&id, &from);
+    if !reach_a.ssh {
+        super::registry::add(&id, &from);
+    }
     tracing::info!(
         "job {id} on {}: {files} file(s), {bytes} bytes, grant of {budget} bytes until {expires}",
         from.host
@@ -161,13 +170,81 @@ pub fn third_party(
         )?),
         false => None,
     };
-    follow(a, &mut on_a, id)
+    let ended = follow(a, &mut on_a, id);
+    if let Some(link) = far.link {
+        link.finish();
+    }
+    drop(dialer_a);
+    ended
+}
+
+/// The other end as the job reaches it: where, its key, until when.
+struct Far {
+    host: String,
+    port: u16,
+    addrs: Vec<String>,
+    server_key: secure::PublicKey,
+    expires: u64,
+    /// The side ssh started there, kept while the job runs.
+    link: Option<ssh::SshLink>,
+}
+
+/// B: a daemon's one-time grant; or, over ssh, a side started there for
+/// the one-time key alone (the login's own, so no grant is needed: it
+/// takes that key's sessions and ends with this command).
+fn destination(a: &CpArgs, reach: &Reach, ask: &GrantAsk) -> Result<Far, TransferError> {
+    if reach.ssh {
+        let dialer = reach.dialer(&a.conn, String::new())?;
+        let spec = dialer
+            .ssh_spec()
+            .ok_or_else(|| usage("no ssh command for the destination"))?;
+        let link = ssh::SshLink::start(spec, &secure::PublicKey(ask.key))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        return Ok(Far {
+            host: reach.peer.host.clone(),
+            port: link.port,
+            addrs: link.direct.iter().map(|a| a.to_string()).collect(),
+            server_key: link.server_key,
+            expires: now + ask.lifetime as u64,
+            link: Some(link),
+        });
+    }
+    let cfg = reach.config(&a.conn, crate::reach::protection(a.no_encrypt))?;
+    let (host, port) = (cfg.host.clone(), cfg.port);
+    let b = Connected::connect(cfg)?;
+    let server_key = b
+        .server_key()
+        .ok_or_else(|| usage("the destination's key is not known"))?;
+    let expires = b.grant(ask)?;
+    Ok(Far {
+        host,
+        port,
+        addrs: Vec::new(),
+        server_key,
+        expires,
+        link: None,
+    })
+}
+
+/// What an end reached over ssh allows: no --detach (the side ssh starts
+/// ends with this command), and no relay to a source reached over ssh.
+fn check_routes(a: &CpArgs, from: &Reach, to: &Reach) -> Result<(), TransferError> {
+    let m = &a.managed;
+    if m.detach && (from.ssh || to.ssh) {
+        return Err(usage("--detach hands the transfer to a haul daemon (haul serve) on the source's end, and the destination's must be one too: a side started over ssh ends with this command. Drop --detach to follow it here, or run haul serve there"));
+    }
+    if m.through_client && from.ssh {
+        return Err(usage("--through-client relays to the source's daemon (haul serve), and this source is reached over ssh; run haul on one of the hosts"));
+    }
+    Ok(())
 }
 
 /// Options that do not apply between two daemons.
 fn check(a: &CpArgs) -> Result<(), TransferError> {
-    let why = if a.conn.ssh || a.conn.through_ssh {
-        Some("a transfer between two remote hosts runs between two haul daemons (haul serve); over ssh, run haul on one of the hosts")
+    let why = if a.conn.through_ssh {
+        Some("--through-ssh carries data through this host's ssh channel; between two remote hosts the data go from one to the other (or, with --through-client, through this host)")
     } else if a.files_from.is_some() {
         Some("--files-from names local files; between two remote hosts, name the sources")
     } else if a.shard.is_some() || a.basis.is_some() || a.cache.cache.is_some() {
@@ -181,13 +258,6 @@ fn check(a: &CpArgs) -> Result<(), TransferError> {
         Some(w) => Err(usage(w)),
         None => Ok(()),
     }
-}
-
-/// A daemon's client configuration (never ssh: see `check`).
-fn daemon(a: &CpArgs, peer: Peer) -> Result<ClientConfig, TransferError> {
-    crate::reach::check_cc(&a.conn)?;
-    let reach = Reach { peer, ssh: false };
-    reach.config(&a.conn, crate::reach::protection(a.no_encrypt))
 }
 
 fn options(a: &CpArgs, sources: &[String]) -> Options {

@@ -49,9 +49,15 @@ impl super::Server {
                     peer
                 ))
             }
-            ClientKeys::Only(key) if key == peer => {
-                Ok((Some("ssh".into()), access::KeyOptions::default()))
-            }
+            // The login's own one-time key: it may run what the login
+            // may, a transfer between two hosts included (P-45).
+            ClientKeys::Only(key) if key == peer => Ok((
+                Some("ssh".into()),
+                access::KeyOptions {
+                    jobs: true,
+                    ..access::KeyOptions::default()
+                },
+            )),
             ClientKeys::Only(_) => Err(format!(
                 "key {} is not the one-time key of the ssh session that started this server",
                 peer.fingerprint()

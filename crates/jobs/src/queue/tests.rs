@@ -239,3 +239,18 @@ fn a_job_running_when_the_daemon_stopped_is_retried() {
     assert_eq!(started(&q.poll(at)), [id]);
     assert_eq!(q.get(&id).unwrap().standing.attempts, 2);
 }
+
+#[test]
+fn an_attached_job_ends_when_the_daemon_restarts() {
+    let r = record(|r| r.spec.attached = true);
+    let id = r.id;
+    let events = vec![
+        Event::Submitted { at: 0 },
+        Event::Started { at: 1, attempt: 1 },
+    ];
+    let mut q = Queue::new(4);
+    let out = q.load(r, events, 100);
+    assert!(out.contains(&Effect::Notify(id)));
+    assert_eq!(state(&q, id), State::Failed);
+    assert_eq!(q.next_deadline(), None);
+}
