@@ -64,6 +64,10 @@ pub enum Command {
     /// with `cp --detach`, or between two daemons): list, show, follow,
     /// cancel, pause, resume, retry.
     Jobs(JobsArgs),
+    /// A login's own daemon for jobs, which `haul cp --detach` starts over
+    /// ssh on a host with no `haul serve`; it lets in the keys named and
+    /// exits when idle.
+    Agent(AgentArgs),
     /// Print a shell's completions for haul, from these very flags:
     /// `haul completions bash > /etc/bash_completion.d/haul`.
     Completions(CompletionsArgs),
@@ -957,6 +961,22 @@ pub struct JobsArgs {
     pub json: bool,
     #[command(flatten)]
     pub conn: ConnectArgs,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `haul agent`.
+#[derive(Args)]
+pub struct AgentArgs {
+    /// The client key it lets in (may run jobs), hex; repeat for more.
+    #[arg(long, value_name = "HEX", required = true)]
+    pub key: Vec<String>,
+    /// Exit once no session and no unfinished job for this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub idle_exit: u64,
+    /// Run the agent in this process (what the first process starts).
+    #[arg(long, hide = true)]
+    pub run: bool,
     #[command(flatten)]
     pub common: Common,
 }

@@ -88,6 +88,7 @@ pub fn start(cfg: &mut ClientConfig, r: Receiving) -> Result<(), TransferError> 
         state: None,
         notify: Default::default(),
         max_jobs: 1,
+        idle_exit: None,
     };
     cfg.identity = identity;
     std::thread::Builder::new()

@@ -1,6 +1,7 @@
 //! `haul`: a fast, verified, encrypted bulk data mover for long fat networks.
 //! This file only dispatches; each subcommand lives in its own module.
 
+mod agent;
 mod args;
 mod cp;
 mod doctor;
@@ -42,6 +43,7 @@ fn main() {
         }
         args::Command::Serve(a) => serve::run(a),
         args::Command::Jobs(a) => managed::jobs_command(a),
+        args::Command::Agent(a) => agent::run(a),
         args::Command::Keygen(a) => serve::keygen(a),
         args::Command::Doctor(a) => doctor::run(a),
         args::Command::Taste(a) => taste::run(a),

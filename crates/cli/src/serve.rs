@@ -233,6 +233,7 @@ pub fn run(a: ServeArgs) -> i32 {
             url: a.jobs.notify_url.clone(),
         },
         max_jobs: a.jobs.max_jobs.max(1),
+        idle_exit: None,
     };
     let fingerprint = cfg.key.public.fingerprint();
     let require_encryption = cfg.require_encryption;

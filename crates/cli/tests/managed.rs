@@ -527,15 +527,38 @@ fn ends_reached_over_ssh() {
     ]);
     ok(&out);
     assert_same_contents(&src, &both);
-    // A side ssh starts ends with the command: no --detach.
-    let e = fails(
-        &over_ssh(&[
-            "-r",
-            "--detach",
-            &format!("127.0.0.1:{}/", src.display()),
-            &t.b.remote(&sb, "x/"),
-        ]),
-        2,
+    // Detached, between two hosts reached over ssh: an agent started
+    // there (its home in this test's directory) holds the job.
+    let agent_home = t.a.dir.path().join("agent-home");
+    let remote_haul = format!("HAUL_HOME={} {HAUL}", agent_home.display());
+    let detached = t.b.dir.path().join("detached");
+    let mut all = vec![
+        "cp",
+        "-e",
+        rsh.as_str(),
+        "--remote-haul",
+        remote_haul.as_str(),
+    ];
+    let (from, to) = (
+        format!("127.0.0.1:{}/", src.display()),
+        format!("127.0.0.1:{}/", detached.display()),
     );
-    assert!(e.contains("--detach"), "{e}");
+    all.extend_from_slice(&["-rp", "--detach", "--json", &from, &to]);
+    let out = t.haul(&all);
+    ok(&out);
+    let id = json(&out)["job"].as_str().unwrap().to_string();
+    let agent = fs::read_to_string(agent_home.join("agent/agent")).unwrap();
+    let pid: i32 = agent.split_whitespace().next().unwrap().parse().unwrap();
+    let state = || json(&t.haul(&["jobs", "show", &id, "--json"]))["state"].clone();
+    let done = wait_until(Duration::from_secs(20), || state() == "succeeded");
+    // SAFETY: kill only signals the agent this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let last = t.haul(&["jobs", "show", &id, "--json"]);
+    assert!(
+        done,
+        "{}: {}",
+        String::from_utf8_lossy(&last.stdout),
+        String::from_utf8_lossy(&last.stderr)
+    );
+    assert_same_contents(&src, &detached);
 }

@@ -125,6 +125,9 @@ pub struct ServerConfig {
     pub notify: ::jobs::spec::Notify,
     /// Most jobs running at once (`--max-jobs`).
     pub max_jobs: usize,
+    /// Exit once no session has run and no job has been left unfinished
+    /// for this long (`haul agent`, P-45 J-13).
+    pub idle_exit: Option<Duration>,
 }
 
 /// How a daemon logs each finished session.
@@ -245,6 +248,10 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
             }));
             let _ = server.jobs.set(svc);
         }
+    }
+    if let Some(idle) = server.cfg.idle_exit {
+        let server = server.clone();
+        std::thread::spawn(move || server.exit_when_idle(idle));
     }
     if let Some(l) = page {
         metrics::serve_http(l, server.metrics.clone(), server.cfg.metrics_hosts.clone());
@@ -620,6 +627,27 @@ impl Server {
 }
 
 impl Server {
+    /// Ends the process once nothing has run for `idle`: no session, no
+    /// job left unfinished (an agent started over ssh, J-13).
+    fn exit_when_idle(&self, idle: Duration) {
+        let mut since = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_secs(2).min(idle));
+            let busy = self.active.load(std::sync::atomic::Ordering::Relaxed) > 0
+                || self.jobs.get().is_some_and(|j| j.unfinished() > 0);
+            if busy {
+                since = Instant::now();
+            } else if since.elapsed() >= idle {
+                log::say(
+                    log::Level::Info,
+                    "idle",
+                    &format!("nothing to do for {}s: exiting", idle.as_secs()),
+                );
+                std::process::exit(0);
+            }
+        }
+    }
+
     /// Reserves a session's buffers from the daemon's memory, with fewer
     /// streams if its share (a quarter, so that four sessions at their
     /// largest run at once) or the rest will not hold them all, but one

@@ -122,7 +122,7 @@ impl SshSpec {
     }
 
     /// ssh to the host, running `remote` there.
-    pub(crate) fn command_for(&self, remote: &str) -> Result<Command, TransferError> {
+    pub fn command_for(&self, remote: &str) -> Result<Command, TransferError> {
         let (program, opts) = self.rsh.split_first().ok_or_else(|| {
             TransferError::new(ErrorCode::BadRequest, "the ssh command (-e) is empty")
         })?;

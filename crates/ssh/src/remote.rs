@@ -203,6 +203,7 @@ pub fn serve_stdio(opts: StdioOptions) -> Result<(), TransferError> {
         state: Some(jobs_dir.clone()),
         notify: Default::default(),
         max_jobs: 4,
+        idle_exit: None,
     };
     std::thread::Builder::new()
         .name("stdio-serve".into())

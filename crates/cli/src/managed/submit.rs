@@ -45,9 +45,9 @@ pub fn third_party(
     (to, dest): (Peer, String),
 ) -> Result<Ended, TransferError> {
     check(a)?;
-    let reach_a = Reach::decide(&a.conn, from.clone())?;
-    let reach_b = Reach::decide(&a.conn, to.clone())?;
-    check_routes(a, &reach_a, &reach_b)?;
+    let reach_a = agent(a, Reach::decide(&a.conn, from.clone())?)?;
+    let reach_b = agent(a, Reach::decide(&a.conn, to.clone())?)?;
+    check_routes(a, &reach_a)?;
     let mut options = options(a, &sources);
     if a.managed.through_client {
         // Relayed connections are TCP, each a stream of its own.
@@ -95,8 +95,8 @@ pub fn third_party(
     };
     let far = destination(a, &reach_b, &ask)?;
     let a_at = (
-        from.host.clone(),
-        from.port.unwrap_or(endpoint::DEFAULT_PORT),
+        reach_a.peer.host.clone(),
+        reach_a.peer.port.unwrap_or(endpoint::DEFAULT_PORT),
     );
     let (host, port, expires) = (far.host.clone(), far.port, far.expires);
     let server_key = far.server_key;
@@ -136,7 +136,7 @@ pub fn third_party(
     )?)?;
     let id = view.id;
     if !reach_a.ssh {
-        super::registry::add(&id, &from);
+        super::registry::add(&id, &reach_a.peer);
     }
     tracing::info!(
         "job {id} on {}: {files} file(s), {bytes} bytes, grant of {budget} bytes until {expires}",
@@ -228,13 +228,81 @@ fn destination(a: &CpArgs, reach: &Reach, ask: &GrantAsk) -> Result<Far, Transfe
     })
 }
 
-/// What an end reached over ssh allows: no --detach (the side ssh starts
-/// ends with this command), and no relay to a source reached over ssh.
-fn check_routes(a: &CpArgs, from: &Reach, to: &Reach) -> Result<(), TransferError> {
-    let m = &a.managed;
-    if m.detach && (from.ssh || to.ssh) {
-        return Err(usage("--detach hands the transfer to a haul daemon (haul serve) on the source's end, and the destination's must be one too: a side started over ssh ends with this command. Drop --detach to follow it here, or run haul serve there"));
+/// An end reached over ssh, for a detached job: the login's own daemon
+/// there (`haul agent`, J-13), started over ssh unless one runs, letting
+/// in this user's key; its key pinned as the agent said it.
+fn agent(a: &CpArgs, reach: Reach) -> Result<Reach, TransferError> {
+    if !(a.managed.detach && reach.ssh) {
+        return Ok(reach);
     }
+    let me = Reach {
+        peer: reach.peer.clone(),
+        ssh: false,
+    }
+    .config(&a.conn, crate::reach::protection(a.no_encrypt))?
+    .identity
+    .public;
+    let dialer = reach.dialer(&a.conn, String::new())?;
+    let spec = dialer
+        .ssh_spec()
+        .ok_or_else(|| usage("no ssh command for that host"))?;
+    let remote = format!(
+        "{} agent --key {}",
+        spec.remote_haul,
+        wire::hex::encode(&me.0)
+    );
+    let out = spec
+        .command_for(&remote)?
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| TransferError::new(wire::ErrorCode::Ssh, format!("cannot run ssh: {e}")))?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    let mut w = said.split_whitespace();
+    let (port, key) = match (w.next(), w.next(), w.next()) {
+        (Some("haul-agent"), Some(p), Some(k)) => {
+            (p.parse::<u16>().ok(), secure::PublicKey::parse(k))
+        }
+        _ => (None, None),
+    };
+    let (Some(port), Some(key)) = (port, key) else {
+        return Err(TransferError::new(
+            wire::ErrorCode::Ssh,
+            format!(
+                "could not start haul agent on {} over ssh: {}",
+                reach.peer.host,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    };
+    let label = format!("{}:{port}", reach.peer.host);
+    let auth = |e: secure::KeyError| TransferError::new(wire::ErrorCode::Auth, e.to_string());
+    let mut known = secure::KnownHosts::load(&crate::reach::known_hosts(&a.conn)).map_err(auth)?;
+    match known.check(&label, &key) {
+        secure::HostKeyStatus::Known => {}
+        secure::HostKeyStatus::Unknown => known.add(&label, &key).map_err(auth)?,
+        secure::HostKeyStatus::Changed { line, .. } => {
+            return Err(TransferError::new(
+                wire::ErrorCode::Auth,
+                format!(
+                "the agent on {label} showed another key than the one pinned on line {line} of {}",
+                known.path().display()
+            ),
+            ))
+        }
+    }
+    Ok(Reach {
+        peer: Peer {
+            port: Some(port),
+            ..reach.peer
+        },
+        ssh: false,
+    })
+}
+
+/// What an end reached over ssh allows: no relay to a source reached
+/// over ssh (a detached job's ends are agents by now).
+fn check_routes(a: &CpArgs, from: &Reach) -> Result<(), TransferError> {
+    let m = &a.managed;
     if m.through_client && from.ssh {
         return Err(usage("--through-client relays to the source's daemon (haul serve), and this source is reached over ssh; run haul on one of the hosts"));
     }

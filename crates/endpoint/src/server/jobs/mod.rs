@@ -380,6 +380,15 @@ impl Service {
         Some(jobs::call::View::of(job, live, events))
     }
 
+    /// How many jobs have not ended (queued, running, retrying, paused).
+    pub fn unfinished(&self) -> usize {
+        lock(&self.inner)
+            .queue
+            .iter()
+            .filter(|j| !j.standing.state.is_final())
+            .count()
+    }
+
     /// What the metrics and the status page show of the jobs: how many
     /// are in each state, and the latest, newest first.
     pub fn summary(&self) -> serde_json::Value {
