@@ -562,3 +562,20 @@ fn ends_reached_over_ssh() {
     );
     assert_same_contents(&src, &detached);
 }
+
+/// `jobs-to=` in a key's line bounds where its jobs may push.
+#[test]
+fn jobs_to_bounds_where_a_keys_jobs_push() {
+    let t = Two::new();
+    tree(&t.a.root.join("data"), 1, 10_000);
+    let key = fs::read_to_string(t.a.home.join("id_x25519.pub")).unwrap();
+    let (sa, sb) = (t.a.serve(), t.b.serve());
+    let (from, to) = (t.a.remote(&sa, "data/"), t.b.remote(&sb, "in/"));
+    let keys = t.a.server_home.join("authorized_keys");
+    fs::write(&keys, format!("jobs-to=127.0.0.1:1 {key}")).unwrap();
+    let e = fails(&t.haul(&["cp", "-r", &from, &to]), 7);
+    assert!(e.contains("jobs-to="), "{e}");
+    fs::write(&keys, format!("jobs-to=127.0.0.1:{} {key}", sb.port)).unwrap();
+    ok(&t.haul(&["cp", "-rp", &from, &to]));
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+}

@@ -21,6 +21,8 @@
 //! - `jobs`: it may hand this daemon transfers to run on its own (P-45:
 //!   a copy to another daemon, detached jobs), each run under this
 //!   line's options as they are when it runs;
+//! - `jobs-to=HOST:PORT`, repeatable: `jobs`, but its jobs may push only
+//!   to these daemons, named as written (the daemon resolves the name);
 //! - `operator`: it sees and manages every key's jobs, and may give a
 //!   job a `--notify-exec` command (run on this host).
 //!
@@ -60,6 +62,8 @@ pub(crate) struct KeyOptions {
     pub sessions: Option<usize>,
     /// `jobs`: may submit managed transfers (P-45).
     pub jobs: bool,
+    /// `jobs-to=`: the only daemons its jobs may push to; empty: any.
+    pub jobs_to: Vec<String>,
     /// `operator`: sees every key's jobs.
     pub operator: bool,
     /// The session is keyed by a one-time grant: what it may do.
@@ -104,12 +108,16 @@ impl KeyOptions {
                     })?)
                 }
                 Some(("tunnel-to", t)) if t.contains(':') => k.tunnel_to.push(t.to_string()),
+                Some(("jobs-to", t)) if t.contains(':') => {
+                    k.jobs = true;
+                    k.jobs_to.push(t.to_string())
+                }
                 Some(("sessions", n)) => {
                     k.sessions = Some(n.parse().ok().filter(|&n| (1..=MAX_QUOTA).contains(&n)).ok_or_else(|| {
                         format!("sessions={n}: give the most sessions at once, 1 to {MAX_QUOTA}")
                     })?)
                 }
-                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT, sessions=N, jobs, operator)")),
+                _ => return Err(format!("{o:?} is not an option haul knows (root=DIR, read-only, write-only, rate=RATE, tunnel-to=HOST:PORT, sessions=N, jobs, jobs-to=HOST:PORT, operator)")),
             }
         }
         if k.read_only && k.write_only {
@@ -123,6 +131,7 @@ impl KeyOptions {
     fn restricted(&self) -> bool {
         KeyOptions {
             jobs: false,
+            jobs_to: Vec::new(),
             operator: false,
             ..self.clone()
         } != KeyOptions::default()
@@ -221,6 +230,30 @@ impl KeyOptions {
     }
 }
 
+impl KeyOptions {
+    /// Whether this key's jobs may push to `host:port` (`jobs-to=`): as
+    /// written there, and dialled by this daemon's own resolving, not by
+    /// addresses the job names.
+    pub(crate) fn may_push_to(
+        &self,
+        host: &str,
+        port: u16,
+        addrs: &[String],
+    ) -> Result<(), TransferError> {
+        let target = format!("{host}:{port}");
+        if self.jobs_to.is_empty() || (addrs.is_empty() && self.jobs_to.contains(&target)) {
+            return Ok(());
+        }
+        Err(TransferError::new(
+            ErrorCode::Permission,
+            format!(
+                "this key's jobs may push only to {} (jobs-to= in its line on this server), not to {target}",
+                self.jobs_to.join(", ")
+            ),
+        ))
+    }
+}
+
 impl GrantedPush {
     /// Refuses what the grant does not allow: anything but a push into
     /// its one path, or options past those granted (P-45 G-4).
@@ -265,7 +298,19 @@ mod tests {
         assert_eq!(KeyOptions::default().quota(64), 32);
         assert_eq!(KeyOptions::default().quota(1), 1);
         assert_eq!(KeyOptions::parse("sessions=99").unwrap().quota(8), 8);
+        let j = KeyOptions::parse("jobs-to=b.example:7050").unwrap();
+        assert!(j.jobs && !j.restricted());
+        assert!(j.may_push_to("b.example", 7050, &[]).is_ok());
+        assert!(j.may_push_to("c.example", 7050, &[]).is_err());
+        assert!(j
+            .may_push_to("b.example", 7050, &["10.0.0.9:7050".into()])
+            .is_err());
+        assert!(KeyOptions::parse("jobs")
+            .unwrap()
+            .may_push_to("any", 1, &[])
+            .is_ok());
         for bad in [
+            "jobs-to=nowhere",
             "readonly",
             "root=../x",
             "root=",

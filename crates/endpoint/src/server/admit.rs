@@ -92,6 +92,7 @@ impl super::Server {
             sessions: Some(1),
             tunnel_to: Vec::new(),
             jobs: false,
+            jobs_to: Vec::new(),
             operator: false,
             grant: Some(found.push),
             ..issuer

@@ -131,6 +131,8 @@ fn run(server: &super::Server, rec: &Record, slot: &Attempt) -> Result<Outcome, 
             "the line of the key that submitted this job no longer has jobs",
         ));
     }
+    let d = &spec.dest;
+    opts.may_push_to(&d.host, d.port, &d.addrs)?;
     let req = opts.allow(pull_request(&rec.spec.sources, &rec.spec.options))?;
     let (entries, sources, _) = server.job_sources(&opts, &req)?;
     let cfg = client_config(server, rec, (req.rate, slot.relay.clone()))?;

@@ -238,6 +238,8 @@ fn submit(
 ) -> Result<Id, TransferError> {
     let bad = |m: String| TransferError::new(ErrorCode::BadRequest, m);
     spec.check().map_err(bad)?;
+    let d = &spec.dest;
+    caller.access.may_push_to(&d.host, d.port, &d.addrs)?;
     if spec.notify.exec.is_some() && !caller.access.operator {
         return Err(TransferError::new(
             ErrorCode::Permission,
