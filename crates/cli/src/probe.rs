@@ -149,14 +149,7 @@ pub fn run(a: ProbeArgs) -> i32 {
     crate::logging::init(a.common.verbose);
     match probe(&a) {
         Ok(()) => exit::OK,
-        Err(e) => {
-            let code = exit::code(e.code);
-            eprintln!("haul: {}", e.message);
-            if a.json {
-                println!("{}", crate::report::json_error(code, &e.message));
-            }
-            code
-        }
+        Err(e) => crate::report::failed(&e, a.json),
     }
 }
 

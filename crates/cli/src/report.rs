@@ -341,6 +341,17 @@ pub fn itemized(r: &Report, away: bool, preserve: bool, letters: bool) -> Vec<St
     out
 }
 
+/// A command's failure as the user sees it: `haul: MESSAGE` on stderr,
+/// and with `--json` the error's JSON on stdout; its exit code.
+pub fn failed(e: &connect::TransferError, json: bool) -> i32 {
+    let code = crate::exit::code(e.code);
+    eprintln!("haul: {}", e.message);
+    if json {
+        println!("{}", json_error(code, &e.message));
+    }
+    code
+}
+
 pub fn json_error(code: i32, message: &str) -> String {
     serde_json::json!({ "ok": false, "exit_code": code, "error": message }).to_string()
 }

@@ -59,14 +59,7 @@ pub fn run(a: CpArgs) -> i32 {
             }
             code
         }
-        Err(e) => {
-            let code = exit::code(e.code);
-            eprintln!("haul: {}", e.message);
-            if json {
-                println!("{}", report::json_error(code, &e.message));
-            }
-            code
-        }
+        Err(e) => report::failed(&e, json),
     }
 }
 
@@ -85,25 +78,11 @@ fn transfer(a: &CpArgs) -> Result<said::Said, TransferError> {
             false => jobs::spec::Kind::Cp,
         };
         let e = crate::managed::third_party(a, kind, (from, sources), (to, dest))?;
-        return Ok(said::Said {
-            partial: None,
-            items: Vec::new(),
-            ..said::Said::new(e.json, e.text)
-        })
-        .and_then(|s| match e.code {
-            0 => Ok(s),
-            c => Err(TransferError::new(
-                wire::ErrorCode::from_u8(c as u8),
-                serde_json::from_str::<serde_json::Value>(&s.json)
-                    .ok()
-                    .and_then(|v| v["error"].as_str().map(str::to_string))
-                    .unwrap_or_else(|| "the job failed".into()),
-            )),
-        });
+        return Ok(said::Said::new(e.json, e.text));
     }
     if a.managed.detach {
         return Err(crate::reach::usage(
-            "--detach hands a transfer between two daemons to the source's daemon (haul cp --detach HOST:SRC HOST2:DST); a transfer from or to this host needs this host to stay up",
+            "--detach hands a transfer between two remote hosts to the source's daemon or agent (haul cp --detach HOST:SRC HOST2:DST); a transfer from or to this host needs this host to stay up",
         ));
     }
     // Two locations of one object store: the store copies, where it can.

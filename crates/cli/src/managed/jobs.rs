@@ -21,14 +21,7 @@ pub fn run(a: JobsArgs) -> i32 {
     crate::logging::init(a.common.verbose);
     match jobs(&a) {
         Ok(code) => code,
-        Err(e) => {
-            let code = exit::code(e.code);
-            eprintln!("haul: {}", e.message);
-            if a.json {
-                println!("{}", crate::report::json_error(code, &e.message));
-            }
-            code
-        }
+        Err(e) => crate::report::failed(&e, a.json),
     }
 }
 

@@ -30,14 +30,17 @@ const GRANT_REPEATS: u64 = 30 * GRANT_DAY;
 /// Retries of a followed job that the user did not bound.
 const ATTACHED_RETRIES: u32 = 2;
 
-/// What the run says at its end: its JSON line, its text, the exit code.
+/// What the run says at its end: its JSON line, its text, the exit code
+/// and, if it failed, why.
 pub struct Ended {
     pub json: String,
     pub text: Option<String>,
     pub code: i32,
+    pub error: String,
 }
 
-/// The transfer from `from`'s `sources` to `to`'s `dest`.
+/// The transfer from `from`'s `sources` to `to`'s `dest`; a job that
+/// failed is the error, with its code and reason.
 pub fn third_party(
     a: &CpArgs,
     kind: Kind,
@@ -94,24 +97,17 @@ pub fn third_party(
         repeat: every.is_some(),
     };
     let far = destination(a, &reach_b, &ask)?;
-    let a_at = (
-        reach_a.peer.host.clone(),
-        reach_a.peer.port.unwrap_or(endpoint::DEFAULT_PORT),
-    );
-    let (host, port, expires) = (far.host.clone(), far.port, far.expires);
-    let server_key = far.server_key;
-    let spec_host = host.clone();
     let spec = Spec {
         kind,
         sources,
         dest: Dest {
-            host,
-            port,
+            host: far.host.clone(),
+            port: far.port,
             addrs: far.addrs.clone(),
-            server_key: wire::hex::encode(&server_key.0),
+            server_key: wire::hex::encode(&far.server_key.0),
             grant_secret: one_time.secret_hex().to_string(),
             path: dest,
-            grant_expires: expires,
+            grant_expires: far.expires,
         },
         options,
         retry: Retry {
@@ -139,8 +135,9 @@ pub fn third_party(
         super::registry::add(&id, &reach_a.peer);
     }
     tracing::info!(
-        "job {id} on {}: {files} file(s), {bytes} bytes, grant of {budget} bytes until {expires}",
-        from.host
+        "job {id} on {}: {files} file(s), {bytes} bytes, grant of {budget} bytes until {}",
+        from.host,
+        far.expires
     );
     if m.detach {
         let json = serde_json::json!({
@@ -160,14 +157,15 @@ pub fn third_party(
             json: json.to_string(),
             text: Some(text),
             code: 0,
+            error: String::new(),
         });
     }
     let _relay = match m.through_client {
-        true => Some(super::relay::start(
-            id,
-            (&a_at.0, a_at.1),
-            (&spec_host, port),
-        )?),
+        true => {
+            let a_port = reach_a.peer.port.unwrap_or(endpoint::DEFAULT_PORT);
+            let (a_at, b_at) = ((&reach_a.peer.host[..], a_port), (&far.host[..], far.port));
+            Some(super::relay::start(id, a_at, b_at)?)
+        }
         false => None,
     };
     let ended = follow(a, &mut on_a, id);
@@ -175,7 +173,14 @@ pub fn third_party(
         link.finish();
     }
     drop(dialer_a);
-    ended
+    let ended = ended?;
+    match ended.code {
+        0 => Ok(ended),
+        c => Err(TransferError::new(
+            wire::ErrorCode::from_u8(c as u8),
+            ended.error,
+        )),
+    }
 }
 
 /// The other end as the job reaches it: where, its key, until when.
@@ -470,5 +475,6 @@ pub(super) fn ended(v: &View, quiet: bool) -> Ended {
         json: json.to_string(),
         text,
         code,
+        error: v.reason.clone().unwrap_or_else(|| "the job failed".into()),
     }
 }

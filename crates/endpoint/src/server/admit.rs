@@ -80,7 +80,7 @@ impl super::Server {
             return Ok(None);
         };
         if !authorized.contains(&found.issuer) {
-            grants.void(&peer.0);
+            grants.consume(&peer.0);
             return Err(format!(
                 "the key {} that issued this one-time grant is no longer authorized on this server; the grant is void",
                 found.issuer.fingerprint()

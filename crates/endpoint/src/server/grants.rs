@@ -161,18 +161,14 @@ impl Grants {
         }))
     }
 
-    /// The grant was used (a push through it succeeded): it is gone, and
-    /// its key no longer gets in (G-5).
+    /// The grant was used (a push through it succeeded), or its issuer is
+    /// no longer authorized: it is gone, and its key no longer gets in
+    /// (G-5).
     pub(crate) fn consume(&self, key: &[u8; 32]) {
         let _ = fs::remove_file(self.file(key));
         if let Ok(d) = fs::File::open(&self.dir) {
             let _ = d.sync_all();
         }
-    }
-
-    /// Removes a grant whose issuer is no longer authorized.
-    pub(crate) fn void(&self, key: &[u8; 32]) {
-        self.consume(key)
     }
 }
 
