@@ -201,3 +201,52 @@ fn who_may_grant() {
     let e = grant(&env, server.port, "x", 1, 60).err().unwrap();
     assert_eq!(e.code, wire::ErrorCode::BadRequest, "{}", e.message);
 }
+
+/// A key with `jobs` that sends calls a daemon cannot take: each is
+/// refused with its code, and the daemon goes on answering.
+#[test]
+fn malformed_job_calls_are_refused_and_the_daemon_goes_on() {
+    let env = Env::new();
+    let key = fs::read_to_string(env.home.join("id_x25519.pub")).unwrap();
+    fs::write(
+        env.server_home.join("authorized_keys"),
+        format!("jobs {key}"),
+    )
+    .unwrap();
+    let server = env.serve();
+    let call = |body: &[u8]| {
+        let me = Keypair::load(&env.home.join("id_x25519")).unwrap();
+        let mut s = Connected::connect(config(&env.home, me, server.port))?.jobs()?;
+        s.call(body)?;
+        s.answer()
+    };
+    let code = |r: Result<Vec<u8>, connect::TransferError>| r.err().map(|e| e.code);
+    assert_eq!(code(call(b"not json")), Some(wire::ErrorCode::Protocol));
+    assert_eq!(
+        code(call(br#"{"call":"list","extra":1}"#)),
+        Some(wire::ErrorCode::Protocol)
+    );
+    assert_eq!(
+        code(call(
+            br#"{"call":"show","id":"00112233445566778899aabbccddeeff"}"#
+        )),
+        Some(wire::ErrorCode::NotFound)
+    );
+    let mut spec = serde_json::json!({
+        "kind": "cp", "sources": ["x"], "label": "",
+        "dest": {"host": "h", "port": 1, "server_key": "ab".repeat(32),
+                 "grant_secret": "cd".repeat(32), "path": "p", "grant_expires": 1},
+        "options": {"recursive": false, "many_sources": false, "contents": false,
+                    "preserve": false, "sync": 0, "protection": 0, "transport": 0,
+                    "block_size": 1 << 20, "compress": 0}
+    });
+    spec["sources"] = serde_json::json!(vec!["x"; 2000]);
+    let body = serde_json::json!({"call": "submit", "spec": spec}).to_string();
+    assert_eq!(
+        code(call(body.as_bytes())),
+        Some(wire::ErrorCode::BadRequest)
+    );
+    // Still answering.
+    let listed = call(br#"{"call":"list"}"#).unwrap();
+    assert!(String::from_utf8_lossy(&listed).contains("\"jobs\":[]"));
+}
