@@ -42,13 +42,20 @@
 //!    a competing flow that left) thus comes back exponentially: measured
 //!    before this rule, 10% loss at 150 ms took a minute to climb back from
 //!    70 Mbit/s after one such cut.
-//! 6. **Fair share.** Backing off (for delay or clustered loss) and
+//! 6. **Fair share** (P-46). Backing off (for delay or clustered loss) and
 //!    cruising stop at half of the path's peak capacity (a maximum that
 //!    decays with a 30 s half-life), unless a quarter of the datagrams are
 //!    being lost: competing flows keep at least half the link, and a flow
 //!    that keeps the queue full (loss-based TCP, BBR) cannot starve a
 //!    transfer that held the link first. A transfer that joins a link
-//!    already full never saw its peak, so it yields more.
+//!    already full never saw its peak; for it, a queue over three
+//!    quarters of the threshold in 80% of the reports of `max(1 s, 6 rtt)`
+//!    while it backs off means a loss-based flow holds the queue, and it
+//!    **competes**: CUBIC's law in rates ([`crate::compete`]), cut on the
+//!    queue's overflow, between half and 0.55 of the peak, until the queue
+//!    has been clear for `max(3 s, 12 rtt)`. `--background` never
+//!    competes, has no floor, a lower threshold, and halves on a queue
+//!    (LEDBAT); `--fair off` holds 0.9 of the peak ([`Share`]).
 //! 7. **Silence.** With no report for a while the rate halves; when the
 //!    estimate comes back below a quarter of the rate in force (after an
 //!    outage), startup runs again from the estimate.
@@ -68,6 +75,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::compete::Compete;
 use crate::controller::{Feedback, RateController};
 
 const FLOOR: f64 = 64.0 * 1024.0;
@@ -76,7 +84,35 @@ const ESTIMATE_WINDOW: usize = 8;
 /// ... and round trips.
 const ESTIMATE_ROUND_TRIPS: f64 = 2.0;
 const BASE_DELAY_WINDOW: Duration = Duration::from_secs(10);
+/// `--background` remembers the path's base delay longer, as LEDBAT does
+/// (RFC 6817 keeps minutes): a flow that keeps the queue full for ten
+/// seconds must not become the new "empty".
+const BACKGROUND_BASE_WINDOW: Duration = Duration::from_secs(120);
+/// A queue over half the congestion threshold in [`BUSY_SHARE`] of the
+/// reports of this long (and at least [`WATCH_ROUND_TRIPS`] round trips),
+/// while this transfer backs off each time it passes the threshold, is
+/// someone else's: a loss-based flow shares the bottleneck. (Measured
+/// beside CUBIC on the emulated 1 Gbit/s, 150 ms link: the queue hovered
+/// at 15 to 40 ms for tens of seconds, dipping under the 19 ms threshold
+/// now and then, while the delay-based rate stayed near a fifth of the
+/// link.)
+const WATCH: Duration = Duration::from_secs(1);
+const WATCH_ROUND_TRIPS: u32 = 6;
+const BUSY_SHARE: f64 = 0.8;
+/// Competing ends once every report of [`LEAVE_ROUND_TRIPS`] round trips
+/// (and at least [`LEAVE`]) saw the queue under a quarter of the
+/// threshold: the other flow left. Longer than the watch: a CUBIC flow's
+/// cut drains the queue for a moment, and CUBIC's own growth fills a path
+/// the other flow left within seconds anyway.
+const LEAVE: Duration = Duration::from_secs(3);
+const LEAVE_ROUND_TRIPS: u32 = 12;
+/// A loss while the queue is at least this fraction of the deepest queue
+/// seen lately is the queue overflowing, not noise.
+const OVERFLOW: f64 = 0.6;
+/// Segment size assumed until the caller gives the datagram payload.
+const DEFAULT_SEGMENT: usize = 1448;
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(10);
+const BACKGROUND_QUEUE_DELAY: Duration = Duration::from_millis(5);
 const CLUSTER_RUN: u64 = 8;
 /// Cruise's first probe above the estimate, and the most a probe may ask.
 const PROBE: f64 = 0.15;
@@ -88,6 +124,11 @@ const CYCLE: usize = 8;
 /// not so far that a loss-driven or BBR flow that keeps the queue full
 /// starves the transfer.
 const FAIR_SHARE: f64 = 0.5;
+/// While competing, the most of the path's peak taken.
+const FAIR_CEILING: f64 = 0.55;
+/// `--fair=off` holds this fraction of the path's (decaying) peak whatever
+/// queue another flow builds: Aspera's "fixed" policy at the rate found.
+const HOLD: f64 = 0.9;
 const PEAK_HALF_LIFE: Duration = Duration::from_secs(30);
 /// Above this loss rate a report is not mere noise: the share floor does
 /// not hold (the path itself may have shrunk).
@@ -97,6 +138,22 @@ const HEAVY_LOSS: f64 = 0.25;
 const RESUME_GAIN: f64 = 0.95;
 /// Round trip assumed until the caller gives one.
 const DEFAULT_RTT: Duration = Duration::from_millis(100);
+
+/// How a transfer shares a path with other traffic (`--fair`,
+/// `--background`; P-46).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Share {
+    /// A fair share: about half the path against one other flow that wants
+    /// it all, the whole path when idle.
+    #[default]
+    Fair,
+    /// Yield to any other flow (as LEDBAT does): at most a tenth of the
+    /// path while another flow wants it, the whole path when idle.
+    Background,
+    /// A dedicated path: hold the rate found and never yield to a queue
+    /// someone else builds.
+    Off,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -128,6 +185,23 @@ pub struct Adaptive {
     /// The best capacity seen, decaying with a half-life of
     /// [`PEAK_HALF_LIFE`]: what "a fair share of the path" refers to.
     peak: f64,
+    share: Share,
+    /// While a loss-based flow keeps the queue full: CUBIC's law, in rates.
+    compete: Option<Compete>,
+    /// Each report's time and queueing delay, over the last [`WATCH`]
+    /// (or round trips).
+    queues: VecDeque<(Duration, Duration)>,
+    /// This transfer has competed before.
+    competed: bool,
+    /// When startup first ended: its overshoot's queue takes a while to
+    /// drain (seconds at 600 ms) and is no other flow's.
+    settled: Option<Duration>,
+    /// The deepest queueing delay lately (decaying with the peak's
+    /// half-life): how deep the bottleneck's buffer is.
+    deepest: f64,
+    /// The last report's queueing delay, for the debug log.
+    queueing: Duration,
+    segment: usize,
     /// Reports that showed congestion, for the summary.
     pub congestion_events: u64,
 }
@@ -152,8 +226,22 @@ impl Adaptive {
             round_end: Duration::ZERO,
             raw: VecDeque::new(),
             peak: 0.0,
+            share: Share::Fair,
+            compete: None,
+            queues: VecDeque::new(),
+            competed: false,
+            settled: None,
+            deepest: 0.0,
+            queueing: Duration::ZERO,
+            segment: DEFAULT_SEGMENT,
             congestion_events: 0,
         }
+    }
+
+    /// How this transfer shares its path.
+    pub fn with_share(mut self, share: Share) -> Adaptive {
+        self.share = share;
+        self
     }
 
     /// Starts at a rate this path delivered recently (the last transfer to
@@ -179,6 +267,12 @@ impl Adaptive {
         self
     }
 
+    /// The payload of one datagram: competing with TCP counts in segments.
+    pub fn with_segment(mut self, bytes: usize) -> Adaptive {
+        self.segment = bytes;
+        self
+    }
+
     /// The path's round trip, which paces startup's growth.
     pub fn with_rtt(mut self, rtt: Duration) -> Adaptive {
         self.rtt = rtt.max(Duration::from_millis(1));
@@ -189,11 +283,19 @@ impl Adaptive {
         self.estimates.iter().copied().fold(0.0, f64::max)
     }
 
+    /// The smallest one-way delay lately: the path with an empty queue.
+    /// Frozen while competing, since the other flow never lets the queue
+    /// empty.
     fn base_delay(&mut self, now: Duration, sample: Duration) -> Duration {
+        let window = match self.share {
+            Share::Background => BACKGROUND_BASE_WINDOW,
+            _ if self.compete.is_some() => Duration::MAX,
+            _ => BASE_DELAY_WINDOW,
+        };
         while self
             .delays
             .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) > BASE_DELAY_WINDOW)
+            .is_some_and(|&(t, _)| now.saturating_sub(t) > window)
         {
             self.delays.pop_front();
         }
@@ -242,22 +344,138 @@ impl RateController for Adaptive {
 
     fn state(&self) -> String {
         format!(
-            "{:?}, estimate {:.0} B/s, peak {:.0} B/s, congestion events {}",
+            "{:?}{}, estimate {:.0} B/s, peak {:.0} B/s, queueing {:.1} ms (deepest {:.1}), congestion events {}",
             self.phase,
+            if self.compete.is_some() {
+                " (competing)"
+            } else {
+                ""
+            },
             self.estimate(),
             self.peak,
+            self.queueing.as_secs_f64() * 1e3,
+            self.deepest * 1e3,
             self.congestion_events
         )
     }
 }
 
 impl Adaptive {
+    /// A fair share against a loss-based flow (module docs, 6): whether
+    /// this report was handled so. A queue that stays up while this
+    /// transfer backs off is another flow's, which only loss will stop;
+    /// from then on the rate follows CUBIC's law, until the queue clears.
+    fn competing(
+        &mut self,
+        now: Duration,
+        fb: &Feedback,
+        threshold: Duration,
+        queueing: Duration,
+        delivered: f64,
+        floor: f64,
+    ) -> bool {
+        if self.share != Share::Fair {
+            return false;
+        }
+        let rtt = self.rtt;
+        let watch = WATCH.max(rtt * WATCH_ROUND_TRIPS);
+        if self.phase == Phase::Startup {
+            return false;
+        }
+        let settled = *self.settled.get_or_insert(now);
+        if now < settled + watch {
+            return false;
+        }
+        let span = if self.compete.is_some() {
+            LEAVE.max(rtt * LEAVE_ROUND_TRIPS)
+        } else {
+            watch
+        };
+        // Keep one sample older than the span, to know it is covered.
+        while self
+            .queues
+            .get(1)
+            .is_some_and(|&(t, _)| now.saturating_sub(t) >= span)
+        {
+            self.queues.pop_front();
+        }
+        self.queues.push_back((now, queueing));
+        let covered = self
+            .queues
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_sub(t) >= span);
+        let recent = || self.queues.iter().skip(1).map(|&(_, q)| q);
+        let n = recent().count().max(1) as f64;
+        if self.compete.is_none() {
+            let busy = recent().filter(|&q| q > threshold * 3 / 4).count() as f64;
+            if !covered || busy < BUSY_SHARE * n {
+                return false;
+            }
+            // The first time, slow start: its overshoot of the full queue
+            // measures the path (the peak, and so the floor of half of
+            // it). Coming back, CUBIC goes on from the rate in force.
+            let mut c = Compete::new(self.segment, rtt);
+            if self.competed {
+                c.leave_slow_start(now, self.rate);
+            }
+            self.competed = true;
+            self.compete = Some(c);
+            self.phase = Phase::Cruise;
+        } else if covered && recent().all(|q| q < threshold / 4) {
+            // The other flow left: cruise from what arrives, and let the
+            // probes find the rest of the path.
+            self.compete = None;
+            self.estimates.clear();
+            self.estimates.push_back(delivered);
+            self.cycle = 0;
+            self.probe_up = PROBE;
+            self.probe_base = delivered;
+            self.set(delivered.max(self.rate));
+            return true;
+        }
+        let Some(c) = self.compete.as_mut() else {
+            return false;
+        };
+        let overflow = fb.lost > 0 && queueing.as_secs_f64() >= OVERFLOW * self.deepest;
+        let cut = if overflow {
+            c.loss(now, delivered)
+        } else {
+            None
+        };
+        let rate = match cut {
+            Some(r) => {
+                self.congestion_events += 1;
+                r
+            }
+            None => c.grow(now, self.rate, fb.interval),
+        };
+        // Known the path (its peak, once slow start has overflowed the
+        // queue), competing keeps to about half of it: CUBIC's law alone
+        // converges on equal shares over minutes at these windows, and
+        // keeps whatever ratio it started from till then.
+        let ceiling = if floor > 0.0 && !c.in_slow_start() {
+            self.peak * FAIR_CEILING
+        } else {
+            f64::MAX
+        };
+        self.set(rate.min(ceiling).max(floor));
+        true
+    }
+
     fn decide(&mut self, now: Duration, fb: &Feedback) {
         let delivered = fb.delivery_rate();
         let loss = fb.loss_rate().min(0.5);
         let base = self.base_delay(now, fb.min_one_way);
         let queueing = fb.min_one_way.saturating_sub(base);
-        let threshold = MIN_QUEUE_DELAY.max(self.rtt / 8);
+        self.queueing = queueing;
+        let threshold = match self.share {
+            // LEDBAT keeps its own queue low and reads any more as another
+            // flow's (measured beside CUBIC at 150 ms: at rtt / 8 it still
+            // took a fifth of the link, the queue dipping under the
+            // threshold between CUBIC's bursts).
+            Share::Background => BACKGROUND_QUEUE_DELAY.max(self.rtt / 16),
+            _ => MIN_QUEUE_DELAY.max(self.rtt / 8),
+        };
         let congested = queueing > threshold || fb.longest_loss_run >= CLUSTER_RUN;
         // What the sender could have sent, when it ran out of data: the
         // rate in force or the estimate, whichever is lower.
@@ -292,11 +510,28 @@ impl Adaptive {
             self.estimates.pop_front();
         }
         let decay = 0.5f64.powf(fb.interval.as_secs_f64() / PEAK_HALF_LIFE.as_secs_f64());
-        self.peak = (self.peak * decay).max(capacity);
-        let share = if loss < HEAVY_LOSS {
+        // While competing, the peak is the path's capacity from before
+        // (or from this transfer's own first probe): it does not fade
+        // while the other flow holds its half.
+        // `--fair=off` holds it too, short of heavy loss (the path itself
+        // shrank).
+        let hold = self.compete.is_some() || (self.share == Share::Off && loss < HEAVY_LOSS);
+        let fade = if hold { 1.0 } else { decay };
+        self.peak = (self.peak * fade).max(capacity);
+        self.deepest = (self.deepest * decay).max(queueing.as_secs_f64());
+        let floor = if loss < HEAVY_LOSS {
             self.peak * FAIR_SHARE
         } else {
             0.0
+        };
+        if self.competing(now, fb, threshold, queueing, delivered, floor) {
+            return;
+        }
+        let share = match self.share {
+            Share::Background => 0.0,
+            _ if loss >= HEAVY_LOSS => 0.0,
+            Share::Off => self.peak * HOLD,
+            Share::Fair => floor,
         };
         if congested {
             // Short of data, the sender delivered less than it may send.
@@ -312,7 +547,12 @@ impl Adaptive {
             self.cycle = 2;
             self.probe_up = PROBE;
             // A deep queue (startup's overshoot) is drained faster.
-            let gain = if queueing > threshold * 4 { 0.6 } else { 0.85 };
+            let gain = match self.share {
+                // Yield at once: LEDBAT halves its window on a queue.
+                Share::Background => 0.5,
+                _ if queueing > threshold * 4 => 0.6,
+                _ => 0.85,
+            };
             self.set((delivered * gain).max(share));
             return;
         }

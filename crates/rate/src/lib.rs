@@ -10,10 +10,11 @@
 use std::time::Duration;
 
 mod adaptive;
+mod compete;
 mod controller;
 mod token_bucket;
 
-pub use adaptive::Adaptive;
+pub use adaptive::{Adaptive, Share};
 pub use controller::{Feedback, Fixed, RateController};
 pub use token_bucket::TokenBucket;
 

@@ -130,6 +130,7 @@ fn check(loss: f64, delay_ms: u64, secs: u64, want: f64) {
     let mut ctl = Adaptive::new(1_250_000, None).with_rtt(Duration::from_millis(2 * delay_ms));
     let out = simulate(wan(loss, delay_ms), &mut ctl, secs, 3);
     let ratio = out.goodput / LINK;
+    eprintln!("controller at the end: {}", ctl.state());
     eprintln!(
         "loss {loss} rtt {} ms: goodput {:.3} of the link, sending {:.3}, mean queueing {:?}, congestion events {}",
         2 * delay_ms,
