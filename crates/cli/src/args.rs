@@ -365,6 +365,8 @@ pub struct CpArgs {
     /// cap on either transport.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
+    #[command(flatten)]
+    pub share: crate::fairness::ShareArgs,
     /// How data travels: tcp (parallel streams), udp (one rate-controlled
     /// datagram channel), or auto (udp when the RTT is 50 ms or more and
     /// UDP gets through, tcp otherwise).

@@ -6,6 +6,7 @@ mod args;
 mod cp;
 mod doctor;
 mod exit;
+mod fairness;
 mod files_from;
 mod home;
 mod known_paths;

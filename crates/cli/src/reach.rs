@@ -154,6 +154,7 @@ impl Reach {
             select: wire::Selection::default(),
             itemize: false,
             relay: None,
+            share: rate::Share::Fair,
         })
     }
 

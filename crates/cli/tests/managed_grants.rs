@@ -42,6 +42,7 @@ fn config(home: &Path, identity: Keypair, port: u16) -> ClientConfig {
         select: wire::Selection::default(),
         itemize: false,
         relay: None,
+        share: rate::Share::Fair,
     }
 }
 

@@ -32,6 +32,7 @@ pub fn push(dest: &str) -> Request {
         shard: None,
         select: wire::Selection::default(),
         itemize: false,
+        share: wire::SHARE_FAIR,
     }
 }
 

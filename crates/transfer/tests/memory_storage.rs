@@ -272,6 +272,7 @@ fn send_tree(compress: codec::Mode, streams: usize) {
         start_rate: None,
         known_rate: None,
         answer: None,
+        share: rate::Share::Fair,
     };
     let opts = ReceiveOptions::default();
     let (sent, received) = std::thread::scope(|s| {

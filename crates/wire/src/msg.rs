@@ -101,7 +101,17 @@ pub struct Request {
     /// Push: the receiver says how each file it receives differs from
     /// what was in place (`Changes`, for `--itemize-changes`, P-44).
     pub itemize: bool,
+    /// How the sending side shares the path with other traffic: one of
+    /// the `SHARE_*` values (P-46).
+    pub share: u8,
 }
+
+/// Share a path fairly with other flows (`--fair on`, the default, P-46).
+pub const SHARE_FAIR: u8 = 0;
+/// Yield to other flows (`--background`).
+pub const SHARE_BACKGROUND: u8 = 1;
+/// Hold the rate found, for a dedicated path (`--fair off`).
+pub const SHARE_OFF: u8 = 2;
 
 /// `Changes` bits (P-44): the file was not in place.
 pub const CHANGE_NEW: u8 = 1;
@@ -130,6 +140,10 @@ pub const COMPRESS_ZSTD: u8 = 3;
 const OPT_CONTENTS: u8 = 1;
 const OPT_PRESERVE: u8 = 2;
 const OPT_ITEMIZE: u8 = 4;
+/// The share policy (P-46): `SHARE_BACKGROUND` or `SHARE_OFF`; neither is
+/// `SHARE_FAIR`, both are invalid.
+const OPT_BACKGROUND: u8 = 8;
+const OPT_FAIR_OFF: u8 = 16;
 
 /// Data travels over the TCP data connections (P-19).
 pub const TRANSPORT_TCP: u8 = 0;
@@ -459,7 +473,12 @@ impl Msg {
                     .u8(r.transport)
                     .u8(if r.contents { OPT_CONTENTS } else { 0 }
                         | if r.preserve { OPT_PRESERVE } else { 0 }
-                        | if r.itemize { OPT_ITEMIZE } else { 0 })
+                        | if r.itemize { OPT_ITEMIZE } else { 0 }
+                        | match r.share {
+                            SHARE_BACKGROUND => OPT_BACKGROUND,
+                            SHARE_OFF => OPT_FAIR_OFF,
+                            _ => 0,
+                        })
                     .u8(r.compress)
                     .u8(r.compress_level)
                     .u8(r.sync.bits())
@@ -685,11 +704,17 @@ impl Msg {
                     });
                 }
                 let options = r.u8()?;
-                if options & !(OPT_CONTENTS | OPT_PRESERVE | OPT_ITEMIZE) != 0 {
+                let known =
+                    OPT_CONTENTS | OPT_PRESERVE | OPT_ITEMIZE | OPT_BACKGROUND | OPT_FAIR_OFF;
+                if options & !known != 0 {
                     return Err(DecodeError::UnknownTag {
                         what: "request option",
                         tag: options,
                     });
+                }
+                // One share policy at most (P-46).
+                if options & (OPT_BACKGROUND | OPT_FAIR_OFF) == OPT_BACKGROUND | OPT_FAIR_OFF {
+                    return Err(DecodeError::Invalid("request option: two share policies"));
                 }
                 let compress = r.u8()?;
                 let compress_level = r.u8()?;
@@ -725,6 +750,13 @@ impl Msg {
                     contents: options & OPT_CONTENTS != 0,
                     preserve: options & OPT_PRESERVE != 0,
                     itemize: options & OPT_ITEMIZE != 0,
+                    share: if options & OPT_BACKGROUND != 0 {
+                        SHARE_BACKGROUND
+                    } else if options & OPT_FAIR_OFF != 0 {
+                        SHARE_OFF
+                    } else {
+                        SHARE_FAIR
+                    },
                     op,
                     paths,
                     recursive,

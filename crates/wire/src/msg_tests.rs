@@ -25,6 +25,7 @@ fn request_options_byte() {
         shard: None,
         select: Selection::default(),
         itemize: false,
+        share: crate::SHARE_FAIR,
     };
     let mut full = Msg::Request(req.clone()).encode();
     // The sync byte, an empty basis (a 4-byte length), no shard (one
@@ -68,8 +69,15 @@ fn request_options_byte() {
     };
     assert_eq!(bytes[n - 3], 0b11);
     assert_eq!(decode(&bytes).unwrap(), Msg::Request(req));
+    // The share policy (P-46): one bit each, never both.
+    for (bits, share) in [(0b1011, SHARE_BACKGROUND), (0b10011, SHARE_OFF)] {
+        bytes[n - 3] = bits;
+        assert!(matches!(decode(&bytes), Ok(Msg::Request(Request { share: s, .. })) if s == share));
+    }
+    bytes[n - 3] = 0b11011;
+    assert!(matches!(decode(&bytes), Err(DecodeError::Invalid(_))));
     // A bit this version does not know is refused, not ignored.
-    bytes[n - 3] = 0b1000;
+    bytes[n - 3] = 0b100011;
     assert!(decode(&bytes).is_err());
     bytes[n - 3] = 0b11;
     // So are an unknown compression and a level out of range.
@@ -176,6 +184,7 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
                             not_before: block_size as i64 - (1 << 31),
                         },
                         itemize: preserve && !contents,
+                        share: (rate % 3) as u8,
                         sync: SyncOptions::from_bits(sync).unwrap(),
                         basis,
                         contents,
@@ -335,6 +344,7 @@ fn job_messages_and_grants_are_bounded() {
             shard: None,
             select: Selection::default(),
             itemize: false,
+            share: crate::SHARE_FAIR,
         })
     };
     assert!(Msg::decode(&grant(60).encode()).is_ok());
@@ -387,6 +397,7 @@ fn a_shard_request_is_bounded() {
             }),
             select: Selection::default(),
             itemize: false,
+            share: crate::SHARE_FAIR,
         })
     };
     let good = req(3, 4, vec![piece(0, 10), piece(5, 6)]);
@@ -428,6 +439,7 @@ fn a_selection_and_changes_are_bounded() {
                 ..Selection::default()
             },
             itemize: true,
+            share: crate::SHARE_FAIR,
         })
     };
     let most = with(vec!["- *.o".to_string(); MAX_FILTER_RULES]);

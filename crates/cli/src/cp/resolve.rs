@@ -152,6 +152,7 @@ fn client_config(
         streams: a.streams,
         block_size: a.block_size,
         rate: a.rate,
+        share: a.share.share(),
         transport,
         preserve: a.preserve,
         compress: a.compress,

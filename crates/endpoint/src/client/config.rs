@@ -151,6 +151,9 @@ pub struct ClientConfig {
     pub itemize: bool,
     /// Connections come from here instead of being dialled (TCP only).
     pub relay: Option<Relay>,
+    /// `--fair`, `--background`: how the sending side shares the path
+    /// (P-46).
+    pub share: rate::Share,
 }
 
 /// How the client reached the server.

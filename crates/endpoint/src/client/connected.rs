@@ -390,6 +390,7 @@ impl Connected {
                 _ => None,
             },
             itemize: self.cfg.itemize && op == Op::Push,
+            share: transfer::Sending::share_code(self.cfg.share),
             select: match op {
                 Op::Push | Op::Pull => self.cfg.select.clone(),
                 _ => wire::Selection::default(),

@@ -158,6 +158,7 @@ impl Connected {
             start_rate: self.cfg.advice.map(|a| a.rate / 2),
             known_rate: self.known_rate(),
             answer: None,
+            share: self.cfg.share,
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
         let r = run_sender(
@@ -227,6 +228,7 @@ impl Connected {
             start_rate: None,
             known_rate: None,
             answer: Some(self.keys.session_id()),
+            share: self.cfg.share,
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
         let r = run_sender(

@@ -177,6 +177,7 @@ fn pull_request(sources: &[String], o: &jobs::spec::Options) -> Request {
         shard: None,
         select: selection(o),
         itemize: false,
+        share: wire::SHARE_FAIR,
     }
 }
 
@@ -242,5 +243,6 @@ fn client_config(
         select: selection(o),
         itemize: false,
         relay,
+        share: rate::Share::Fair,
     })
 }

@@ -162,6 +162,7 @@ pub(super) mod tests {
             shard: None,
             select: wire::Selection::default(),
             itemize: false,
+            share: wire::SHARE_FAIR,
         }
     }
 

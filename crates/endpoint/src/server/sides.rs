@@ -250,6 +250,7 @@ impl super::Server {
                     start_rate: None,
                     known_rate: None,
                     answer: None,
+                    share: Sending::share_of(req.share),
                 };
                 // The manifest's bytes: a pull's total on the status page.
                 Progress::set(&progress.total_bytes, bytes);

@@ -65,6 +65,29 @@ pub struct Sending {
     /// this session id, with no data connections, come first on control;
     /// a block that turns out not to be zeros fails the transfer.
     pub answer: Option<[u8; 16]>,
+    /// How the UDP channel shares the path (`--fair`, `--background`,
+    /// P-46).
+    pub share: rate::Share,
+}
+
+impl Sending {
+    /// The share policy a request's `share` code asks for (P-46).
+    pub fn share_of(code: u8) -> rate::Share {
+        match code {
+            wire::SHARE_BACKGROUND => rate::Share::Background,
+            wire::SHARE_OFF => rate::Share::Off,
+            _ => rate::Share::Fair,
+        }
+    }
+
+    /// A share policy's code in a request.
+    pub fn share_code(share: rate::Share) -> u8 {
+        match share {
+            rate::Share::Fair => wire::SHARE_FAIR,
+            rate::Share::Background => wire::SHARE_BACKGROUND,
+            rate::Share::Off => wire::SHARE_OFF,
+        }
+    }
 }
 
 pub fn run_sender(
@@ -113,7 +136,7 @@ fn run_sender_with(
         data.iter().map(|w| w.get_ref().try_clone()),
     )?;
     let (rate, start_rate) = (how.rate, how.start_rate);
-    let known_rate = how.known_rate;
+    let (known_rate, share) = (how.known_rate, how.share);
     let sh = Shared::new(session, ctrl_w, sockets, progress);
     // How this side compresses blocks: its policy learns from the
     // receiver's reports (P-30).
@@ -159,6 +182,7 @@ fn run_sender_with(
                     cap: rate,
                     first: start_rate,
                     known: known_rate,
+                    share,
                 };
                 udp::run(sh, link, sources, compression, start, acks_rx)
             });

@@ -45,6 +45,8 @@ pub(crate) struct Start {
     pub(crate) first: Option<u64>,
     /// What the last transfer to this host measured: no startup at all.
     pub(crate) known: Option<u64>,
+    /// How the path is shared with other traffic (P-46).
+    pub(crate) share: rate::Share,
 }
 
 pub(crate) fn run(
@@ -96,7 +98,10 @@ fn pump(
     let cap = how.cap;
     let first = how.first.unwrap_or(INITIAL_RATE).max(INITIAL_RATE);
     let initial = cap.map_or(first, |c| c.min(first));
-    let mut controller = Adaptive::new(initial, cap).with_rtt(link.rtt);
+    let mut controller = Adaptive::new(initial, cap)
+        .with_rtt(link.rtt)
+        .with_segment(link.payload)
+        .with_share(how.share);
     if let Some(known) = how.known {
         tracing::debug!(
             "udp sender: starting at {known} B/s, measured by the last transfer to this host"
