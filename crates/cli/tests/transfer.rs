@@ -227,9 +227,24 @@ fn udp_channel_on_loopback() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["transport"], "tcp", "auto on loopback: {json}");
 
-    let out = env.cp(&["--transport", "udp", &env.remote(&server, "u.bin"), "-"]);
+    // The server sends a pull, by the policy the request carries (P-46).
+    let out = env.cp(&[
+        "--transport",
+        "udp",
+        "--background",
+        &env.remote(&server, "u.bin"),
+        "-",
+    ]);
     ok(&out);
     assert!(out.stdout == data, "stdout copy differs");
+    let both = env.cp(&[
+        "--background",
+        "--fair",
+        "off",
+        &env.remote(&server, "u.bin"),
+        "-",
+    ]);
+    assert_eq!(both.status.code(), Some(2), "two share policies at once");
 
     let tree = env.local.join("t");
     fs::create_dir_all(tree.join("a/b")).unwrap();
@@ -250,6 +265,8 @@ fn udp_channel_on_loopback() {
     ok(&env.cp(&[
         "--transport",
         "udp",
+        "--fair",
+        "off",
         "-rp",
         &env.remote(&server, "t"),
         back.to_str().unwrap(),
