@@ -88,7 +88,7 @@ const BASE_DELAY_WINDOW: Duration = Duration::from_secs(10);
 /// (RFC 6817 keeps minutes): a flow that keeps the queue full for ten
 /// seconds must not become the new "empty".
 const BACKGROUND_BASE_WINDOW: Duration = Duration::from_secs(120);
-/// A queue over half the congestion threshold in [`BUSY_SHARE`] of the
+/// A queue over three quarters of the congestion threshold in [`BUSY_SHARE`] of the
 /// reports of this long (and at least [`WATCH_ROUND_TRIPS`] round trips),
 /// while this transfer backs off each time it passes the threshold, is
 /// someone else's: a loss-based flow shares the bottleneck. (Measured
@@ -188,8 +188,8 @@ pub struct Adaptive {
     share: Share,
     /// While a loss-based flow keeps the queue full: CUBIC's law, in rates.
     compete: Option<Compete>,
-    /// Each report's time and queueing delay, over the last [`WATCH`]
-    /// (or round trips).
+    /// Each report's time and queueing delay, over the watch span (the
+    /// leave span while competing).
     queues: VecDeque<(Duration, Duration)>,
     /// This transfer has competed before.
     competed: bool,
@@ -377,11 +377,11 @@ impl Adaptive {
         if self.share != Share::Fair {
             return false;
         }
-        let rtt = self.rtt;
-        let watch = WATCH.max(rtt * WATCH_ROUND_TRIPS);
         if self.phase == Phase::Startup {
             return false;
         }
+        let rtt = self.rtt;
+        let watch = WATCH.max(rtt * WATCH_ROUND_TRIPS);
         let settled = *self.settled.get_or_insert(now);
         if now < settled + watch {
             return false;
@@ -527,11 +527,11 @@ impl Adaptive {
         if self.competing(now, fb, threshold, queueing, delivered, floor) {
             return;
         }
+        // `floor` is 0 under heavy loss, and so is every share then.
         let share = match self.share {
             Share::Background => 0.0,
-            _ if loss >= HEAVY_LOSS => 0.0,
-            Share::Off => self.peak * HOLD,
-            Share::Fair => floor,
+            Share::Off if floor > 0.0 => self.peak * HOLD,
+            _ => floor,
         };
         if congested {
             // Short of data, the sender delivered less than it may send.
