@@ -254,7 +254,12 @@ impl BlockSink for Sink {
                     .write_all_at(data, offset)
                     .map_err(|e| StoreError::io("write", &f.final_path, &e))?;
                 drop(one);
-                durable::start_writeback(&handle, offset, data.len());
+                // A file of one block is written back by its batch's
+                // syncfs, with the rest of the batch: starting it here
+                // cost a system call and an I/O of its own a file.
+                if f.stamp.blocks() > 1 {
+                    durable::start_writeback(&handle, offset, data.len());
+                }
                 f.holds_data.store(true, Ordering::Release);
                 Ok(())
             }

@@ -51,7 +51,7 @@ pub(crate) fn read_block(
     } else {
         block_hash(&buf[at..])
     };
-    let (parts, kept) = {
+    let (parts, kept, wake) = {
         let mut st = sh.lock();
         if let Err(e) = st.block_read(block, hash) {
             drop(st);
@@ -62,15 +62,21 @@ pub(crate) fn read_block(
         // the receiver then need not punch again.
         if st.receiver_holds(block, &hash) {
             st.block_kept(block);
-            (None, true)
+            (None, true, true)
         } else if zero {
             st.block_zero(block);
-            (None, false)
+            (None, false, true)
         } else {
-            (st.block_parts(block), false)
+            // A block to send changes nothing a sleeper waits on (the
+            // schedule, a plan) unless it completed its file's digest,
+            // which the control loop sends. Waking every sleeper for each
+            // block was five context switches a small file.
+            (st.block_parts(block), false, st.has_control())
         }
     };
-    sh.cv.notify_all();
+    if wake {
+        sh.cv.notify_all();
+    }
     if kept {
         Progress::add(&sh.progress.resumed_bytes, block.len as u64);
         return Some(Read::Announced);
