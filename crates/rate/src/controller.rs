@@ -29,6 +29,9 @@ pub struct Feedback {
     /// were on their way (its queue was empty, not its window full): the
     /// delivery rate shows what it had, not what the path can carry.
     pub app_limited: bool,
+    /// The bottleneck's rate from packet trains, bytes per second (P-25);
+    /// 0 when none was measured.
+    pub train_rate: u64,
 }
 
 impl Feedback {

@@ -84,6 +84,7 @@ fn simulate(cfg: LinkConfig, ctl: &mut dyn RateController, secs: u64, seed: u64)
                 longest_loss_run: run,
                 min_one_way: if packets > 0 { min_owd } else { one_way * 10 },
                 app_limited: false,
+                train_rate: 0,
             };
             if packets > 0 {
                 reports.push_back((now + one_way, fb));

@@ -234,6 +234,7 @@ fn run(
                     longest_loss_run: rx.run,
                     min_one_way,
                     app_limited: false,
+                    train_rate: 0,
                 };
                 reports.push_back((now + delay, fb));
             }

@@ -179,6 +179,9 @@ pub struct Report {
     /// The next sequence number the receiver expects: every number below it
     /// arrived or was found missing (and reported).
     pub highest: u64,
+    /// The bottleneck's rate in datagram bytes per second, measured from
+    /// the spacing of packet trains (P-25); 0 when the interval had none.
+    pub train_rate: u64,
     /// Ranges `(first seq, count)` that did not arrive.
     pub missing: Vec<(u64, u32)>,
     /// Blocks waiting for bytes whose loss went unreported.
@@ -232,7 +235,8 @@ impl Signal {
                     .i64(r.min_owd_us)
                     .u64(r.dropped)
                     .u64(r.floor)
-                    .u64(r.highest);
+                    .u64(r.highest)
+                    .u64(r.train_rate);
                 w.u8(r.missing.len().min(MAX_MISSING) as u8);
                 for (start, count) in r.missing.iter().take(MAX_MISSING) {
                     w.u64(*start).u32(*count);
@@ -277,6 +281,7 @@ impl Signal {
                     dropped: r.u64()?,
                     floor: r.u64()?,
                     highest: r.u64()?,
+                    train_rate: r.u64()?,
                     ..Report::default()
                 };
                 let n = r.u8()? as usize;
@@ -342,13 +347,13 @@ mod tests {
                 any::<u32>(),
                 any::<i64>(),
                 any::<u64>(),
-                any::<(u64, u64)>(),
+                any::<(u64, u64, u64)>(),
             ),
             proptest::collection::vec((any::<u64>(), any::<u32>()), 0..=MAX_MISSING),
             proptest::collection::vec(any::<(u32, u32, u32, u32)>(), 0..=MAX_STALE),
         )
             .prop_map(
-                |((i, b, p, l), (run, owd, d, (f, hi)), missing, stale)| Report {
+                |((i, b, p, l), (run, owd, d, (f, hi, train)), missing, stale)| Report {
                     interval_us: i,
                     bytes: b,
                     packets: p,
@@ -358,6 +363,7 @@ mod tests {
                     dropped: d,
                     floor: f,
                     highest: hi,
+                    train_rate: train,
                     missing,
                     stale: stale
                         .into_iter()

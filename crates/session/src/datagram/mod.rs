@@ -17,6 +17,7 @@ mod chunking;
 mod receive;
 mod reporting;
 mod send;
+mod train;
 
 pub use chunking::{chunk_capacity, chunks};
 pub use receive::{
@@ -27,3 +28,4 @@ pub use reporting::{
     feedback_interval, report_interval, FEEDBACK_INTERVAL, REPORT_INTERVAL, REPORT_REPEATS,
 };
 pub use send::{ChunkTransmit, DatagramSender, SenderStats};
+pub use train::TrainMeter;

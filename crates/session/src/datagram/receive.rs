@@ -175,6 +175,10 @@ pub struct DatagramReceiver {
     completed: HashSet<(u32, u32)>,
     interval: Interval,
     interval_start: Duration,
+    /// The bottleneck's rate from packet trains: the driver tells it of
+    /// each data datagram ([`super::train::TrainMeter::on_datagram`]), as only it
+    /// knows the datagram's length on the wire.
+    pub trains: super::train::TrainMeter,
     pub stats: ReceiverStats,
     /// Datagrams the socket dropped, as the driver last read it.
     pub dropped: u64,
@@ -193,6 +197,7 @@ impl DatagramReceiver {
             completed: HashSet::new(),
             interval: Interval::default(),
             interval_start: now,
+            trains: super::train::TrainMeter::default(),
             stats: ReceiverStats::default(),
             dropped: 0,
         }
@@ -492,6 +497,7 @@ impl DatagramReceiver {
             dropped: self.dropped,
             floor,
             highest: self.highest,
+            train_rate: self.trains.take(),
             missing: Vec::new(),
             stale: Vec::new(),
         };

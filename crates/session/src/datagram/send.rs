@@ -71,6 +71,8 @@ struct Gather {
     lost: u64,
     run: u64,
     min_owd: Option<i64>,
+    /// The least train rate the reports gave (0: none).
+    train: u64,
 }
 
 pub struct DatagramSender {
@@ -420,12 +422,22 @@ impl DatagramSender {
         if r.packets > 0 {
             g.min_owd = Some(g.min_owd.map_or(r.min_owd_us, |m| m.min(r.min_owd_us)));
         }
+        if r.train_rate > 0 {
+            g.train = match g.train {
+                0 => r.train_rate,
+                t => t.min(r.train_rate),
+            };
+        }
         if g.interval < feedback_interval(self.rtt) {
             return;
         }
         let g = std::mem::take(&mut self.gather);
-        self.delivered
-            .push_back(g.bytes as f64 / g.interval.as_secs_f64().max(1e-6));
+        // What the trains measured the path to carry counts as delivered
+        // for the in-flight cap: else a first transfer's cap, twice what a
+        // startup at 100 Mbit/s delivered, held back the jump to the
+        // trains' rate for round trips.
+        let delivered = g.bytes as f64 / g.interval.as_secs_f64().max(1e-6);
+        self.delivered.push_back(delivered.max(g.train as f64));
         if self.delivered.len() > DELIVERED_WINDOW {
             self.delivered.pop_front();
         }
@@ -449,6 +461,7 @@ impl DatagramSender {
             lost: g.lost,
             longest_loss_run: g.run,
             min_one_way: Duration::from_micros(owd.saturating_sub(origin).max(0) as u64),
+            train_rate: g.train,
         };
         self.controller.on_feedback(now, &fb);
     }

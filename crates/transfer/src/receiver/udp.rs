@@ -126,6 +126,11 @@ fn receive(
                         p.timeline.mark(Mark::FirstData);
                         let wanted = |f, i| sh.lock().wanted(f, i);
                         let at = arrival_us(stamp);
+                        // Trains only on the kernel's clock: a batch read at once
+                        // would look like a train that took no time.
+                        if stamp.is_some() {
+                            r.trains.on_datagram(header.sent_us, at, len);
+                        }
                         match r
                             .on_seq(now, seq, len)
                             .and_then(|_| r.on_chunk(now, at, &header, data, wanted))
