@@ -527,6 +527,35 @@ mod tests {
     }
 
     #[test]
+    fn trains_raise_the_in_flight_cap_and_absurd_ones_do_not_overflow() {
+        let mut s = sender();
+        let before = s.in_flight_cap();
+        // A feedback interval's worth that delivered 1 MB/s, over a path
+        // whose trains said 100 MB/s.
+        let report = Report {
+            interval_us: 60_000,
+            bytes: 60_000,
+            packets: 40,
+            min_owd_us: 75_000,
+            train_rate: 100_000_000,
+            ..Report::default()
+        };
+        s.on_report(Duration::from_millis(60), &report);
+        let cap = s.in_flight_cap();
+        assert!(
+            cap > before && cap >= 2 * 100_000_000 / 10,
+            "{before} -> {cap}"
+        );
+        // A receiver's absurd claim saturates rather than wraps.
+        let hostile = Report {
+            train_rate: u64::MAX,
+            ..report
+        };
+        s.on_report(Duration::from_millis(120), &hostile);
+        assert!(s.in_flight_cap() >= cap);
+    }
+
+    #[test]
     fn acked_blocks_are_not_sent_again() {
         let now = Duration::ZERO;
         let mut s = sender();
