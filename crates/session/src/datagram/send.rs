@@ -432,12 +432,16 @@ impl DatagramSender {
             return;
         }
         let g = std::mem::take(&mut self.gather);
-        // What the trains measured the path to carry counts as delivered
-        // for the in-flight cap: else a first transfer's cap, twice what a
-        // startup at 100 Mbit/s delivered, held back the jump to the
-        // trains' rate for round trips.
-        let delivered = g.bytes as f64 / g.interval.as_secs_f64().max(1e-6);
-        self.delivered.push_back(delivered.max(g.train as f64));
+        // In startup, what the trains measured the path to carry counts as
+        // delivered for the in-flight cap: else a first transfer's cap,
+        // twice what a startup at 100 Mbit/s delivered, held back the jump
+        // to the trains' rate for round trips. Only then: a transfer
+        // holding its share of a busy path keeps its cap to its share.
+        let mut delivered = g.bytes as f64 / g.interval.as_secs_f64().max(1e-6);
+        if self.controller.in_startup() {
+            delivered = delivered.max(g.train as f64);
+        }
+        self.delivered.push_back(delivered);
         if self.delivered.len() > DELIVERED_WINDOW {
             self.delivered.pop_front();
         }
@@ -528,7 +532,9 @@ mod tests {
 
     #[test]
     fn trains_raise_the_in_flight_cap_and_absurd_ones_do_not_overflow() {
-        let mut s = sender();
+        // Trains count toward the cap in startup only.
+        let startup = rate::Adaptive::new(12_500_000, None).with_rtt(Duration::from_millis(100));
+        let mut s = DatagramSender::new(1472, Duration::from_millis(100), Box::new(startup));
         let before = s.in_flight_cap();
         // A feedback interval's worth that delivered 1 MB/s, over a path
         // whose trains said 100 MB/s.
@@ -549,10 +555,15 @@ mod tests {
         // A receiver's absurd claim saturates rather than wraps.
         let hostile = Report {
             train_rate: u64::MAX,
-            ..report
+            ..report.clone()
         };
         s.on_report(Duration::from_millis(120), &hostile);
         assert!(s.in_flight_cap() >= cap);
+        // Outside startup they do not count.
+        let mut s = sender();
+        let before = s.in_flight_cap();
+        s.on_report(Duration::from_millis(60), &report);
+        assert!(s.in_flight_cap() < 2 * 100_000_000 / 10, "{before}");
     }
 
     #[test]
