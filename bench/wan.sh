@@ -448,7 +448,7 @@ EOF
 
 start_servers() {
   local logf
-  if ((HAUL_OK)) && want_any haul haul-noenc; then
+  if ((HAUL_OK)) && want_any haul haul-fresh haul-noenc haul-tcp haul-nocomp haul-lz4 haul-zstd; then
     logf=$TMP_DIR/haul-serve-$NS_B.log
     start_bg srv "$logf" "$SERVER_TTL" ip netns exec "$NS_B" "$HAUL" serve --root "$RECV" \
       --listen "$ADDR_B:$HAUL_PORT" --key "$HAUL_HOME/server.key" --authorized-keys "$HAUL_HOME/authorized_keys"
