@@ -89,6 +89,12 @@ fn push_and_pull_across_a_long_lossy_link() {
         t["finished"].as_f64().unwrap(),
     );
     assert!(at[4] <= full && full <= finished, "{t}");
+    // A first push to this host (a fresh HAUL_HOME) starts at the rate
+    // set-up's packet train measured, not at 100 Mbit/s (P-23, P-26).
+    assert_eq!(
+        t["full_rate"], t["first_data"],
+        "first contact starts at the path's rate: {json}"
+    );
     assert!(finished <= json["duration_s"].as_f64().unwrap(), "{json}");
     // The path's rate is kept for the next push to this host, which
     // starts there instead of probing up from 100 Mbit/s (P-26).

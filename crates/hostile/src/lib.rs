@@ -354,10 +354,12 @@ impl Client {
                 &recv_key,
                 self.rtt,
             )
-            .map_err(|e| TransferError::new(ErrorCode::Connect, e.0))?;
+            .map_err(|e| TransferError::new(ErrorCode::Connect, e.0))?
+            .payload;
             self.ctrl_w
                 .send_msg(&Msg::UseTransport {
                     udp_payload: payload as u16,
+                    path_rate: 0,
                 })
                 .map_err(|e| TransferError::lost("confirming the UDP channel", &e))?;
             self.udp = Some(Udp {
@@ -551,7 +553,7 @@ impl Server {
             // No port was offered: the client falls back to TCP, and says
             // so first.
             let (got, how) = read_for(&mut ctrl_r, WAIT, |m| matches!(m, Msg::UseTransport { .. }));
-            if !matches!(got.last(), Some(Msg::UseTransport { udp_payload: 0 })) {
+            if !matches!(got.last(), Some(Msg::UseTransport { udp_payload: 0, .. })) {
                 return Err(TransferError::new(
                     ErrorCode::Protocol,
                     format!("no fallback to TCP: {got:?} ({how})"),

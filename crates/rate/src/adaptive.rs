@@ -206,6 +206,9 @@ pub struct Adaptive {
     competed: bool,
     /// Startup: the last packet-train rates reported.
     trains: VecDeque<f64>,
+    /// Cruising from set-up's train: the reports' trains may still raise
+    /// the rate once, as in startup (a set-up train can read low).
+    train_check: bool,
     /// When startup first ended: its overshoot's queue takes a while to
     /// drain (seconds at 600 ms) and is no other flow's.
     settled: Option<Duration>,
@@ -244,6 +247,7 @@ impl Adaptive {
             queues: VecDeque::new(),
             competed: false,
             trains: VecDeque::new(),
+            train_check: false,
             settled: None,
             deepest: 0.0,
             queueing: Duration::ZERO,
@@ -270,6 +274,22 @@ impl Adaptive {
     /// probing sits a little above what the path carries.
     pub fn resuming(mut self, known: u64) -> Adaptive {
         self.cruise_at((known as f64 * RESUME_GAIN).max(FLOOR));
+        self
+    }
+
+    /// Starts from the rate set-up's packet train crossed the path at
+    /// (P-23): cruising from [`TRAIN_GAIN`] of it, as after reports of
+    /// trains (module docs, 4), when that is above the rate in force. A
+    /// background transfer probes up as before. One train can read low
+    /// (a sender or forwarder that lost its core mid-train spreads it):
+    /// until the reports have measured trains, they may still raise the
+    /// rate as they would in startup, unless congestion came first.
+    pub fn from_setup_train(mut self, rate: u64) -> Adaptive {
+        let path = rate as f64 * TRAIN_GAIN;
+        if self.share != Share::Background && path > self.rate {
+            self.cruise_at(path);
+            self.train_check = true;
+        }
         self
     }
 
@@ -584,6 +604,7 @@ impl Adaptive {
                 delivered
             };
             self.congestion_events += 1;
+            self.train_check = false;
             self.estimates.clear();
             self.estimates.push_back(delivered);
             self.phase = Phase::Cruise;
@@ -637,6 +658,13 @@ impl Adaptive {
                 self.set(est);
             }
             Phase::Cruise => {
+                if self.train_check {
+                    let jumped = self.train_jump(fb);
+                    self.train_check = self.trains.len() < TRAIN_SAMPLES;
+                    if jumped {
+                        return;
+                    }
+                }
                 let est = self.estimate();
                 if est < self.rate * 0.25 {
                     // Far below where we were (after an outage): look again.
@@ -838,5 +866,51 @@ mod tests {
             c.on_feedback(i * 50 * MS, &fb);
         }
         assert_eq!(c.rate(), 50_000_000);
+    }
+
+    #[test]
+    fn set_up_train_starts_the_transfer_at_its_rate() {
+        let start = |share, cap, train| {
+            Adaptive::new(12_500_000, cap)
+                .with_rtt(150 * MS)
+                .with_share(share)
+                .from_setup_train(train)
+        };
+        let c = start(Share::Fair, None, 125_000_000);
+        assert!(!c.in_startup());
+        assert_eq!(c.rate() as f64, 125e6 * TRAIN_GAIN);
+        // Background probes up; a slower train leaves startup as it was;
+        // a cap holds.
+        assert!(start(Share::Background, None, 125_000_000).in_startup());
+        let c = start(Share::Fair, None, 10_000_000);
+        assert!(c.in_startup());
+        assert_eq!(c.rate(), 12_500_000);
+        assert_eq!(
+            start(Share::Fair, Some(50_000_000), 125_000_000).rate(),
+            50_000_000
+        );
+        // An absurd claim (a hostile peer's) saturates under the cap.
+        assert_eq!(
+            start(Share::Off, Some(50_000_000), u64::MAX).rate(),
+            50_000_000
+        );
+        // A train that read low: the reports' trains raise the rate once.
+        let mut c = start(Share::Fair, None, 80_000_000);
+        let fb = Feedback {
+            train_rate: 125_000_000,
+            ..report(72_000_000.0, false)
+        };
+        c.on_feedback(50 * MS, &fb);
+        c.on_feedback(100 * MS, &fb);
+        assert_eq!(c.rate() as f64, 125e6 * TRAIN_GAIN);
+        // And no more after that: cruise's probes take over.
+        let before = c.rate();
+        let fb = Feedback {
+            train_rate: 250_000_000,
+            ..report(112_000_000.0, false)
+        };
+        c.on_feedback(150 * MS, &fb);
+        c.on_feedback(200 * MS, &fb);
+        assert!(c.rate() < before * 2, "{}", c.rate());
     }
 }

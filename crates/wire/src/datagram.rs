@@ -37,6 +37,12 @@ pub const KIND_PROBE: u8 = 5;
 pub const KIND_PROBE_ACK: u8 = 6;
 pub const KIND_PING: u8 = 7;
 pub const KIND_STATS: u8 = 8;
+pub const KIND_TRAIN: u8 = 9;
+pub const KIND_TRAIN_RATE: u8 = 10;
+
+/// Most datagrams in one set-up packet train (P-23): a peer's `count` or
+/// `index` at or above it is refused by the decoder.
+pub const SETUP_TRAIN_MAX: u16 = 64;
 
 /// Writes the cleartext prefix.
 pub fn encode_prefix(out: &mut [u8], kind: u8, seq: u64) {
@@ -48,7 +54,7 @@ pub fn encode_prefix(out: &mut [u8], kind: u8, seq: u64) {
 pub fn decode_prefix(b: &[u8]) -> Result<(u8, u64), DecodeError> {
     let mut r = Reader::new(b);
     let kind = r.u8()?;
-    if !(KIND_DATA..=KIND_STATS).contains(&kind) {
+    if !(KIND_DATA..=KIND_TRAIN_RATE).contains(&kind) {
         return Err(DecodeError::UnknownTag {
             what: "datagram kind",
             tag: kind,
@@ -206,6 +212,22 @@ pub enum Signal {
         retransmitted: u64,
         rate: u64,
     },
+    /// Set-up's packet train (P-23): datagram `index` of the `count` of
+    /// train `train`, `size` bytes in all (padded), sent back to back so
+    /// that their arrival spacing measures the bottleneck. Not answered in
+    /// kind.
+    Train {
+        size: u16,
+        train: u16,
+        index: u16,
+        count: u16,
+    },
+    /// Server → client: the rate, in datagram bytes per second, that the
+    /// client's train `train` arrived at; 0 when it could not be measured.
+    TrainRate {
+        train: u16,
+        rate: u64,
+    },
 }
 
 impl Signal {
@@ -218,6 +240,8 @@ impl Signal {
             Signal::ProbeAck(_) => KIND_PROBE_ACK,
             Signal::Ping => KIND_PING,
             Signal::Stats { .. } => KIND_STATS,
+            Signal::Train { .. } => KIND_TRAIN,
+            Signal::TrainRate { .. } => KIND_TRAIN_RATE,
         }
     }
 
@@ -262,6 +286,19 @@ impl Signal {
                 rate,
             } => {
                 w.u64(*sent).u64(*retransmitted).u64(*rate);
+            }
+            Signal::Train {
+                size,
+                train,
+                index,
+                count,
+            } => {
+                w.u16(*size).u16(*train).u16(*index).u16(*count);
+                let body = (*size as usize).saturating_sub(DATAGRAM_PREFIX + crate::TAG_LEN);
+                w.bytes(&vec![0; body.saturating_sub(8)]);
+            }
+            Signal::TrainRate { train, rate } => {
+                w.u16(*train).u64(*rate);
             }
         }
         w.buf
@@ -321,6 +358,23 @@ impl Signal {
             KIND_STATS => Signal::Stats {
                 sent: r.u64()?,
                 retransmitted: r.u64()?,
+                rate: r.u64()?,
+            },
+            KIND_TRAIN => {
+                let (size, train, index, count) = (r.u16()?, r.u16()?, r.u16()?, r.u16()?);
+                if count > SETUP_TRAIN_MAX || index >= count {
+                    return Err(DecodeError::Invalid("set-up train car out of range"));
+                }
+                let _ = r.bytes(r.remaining())?;
+                Signal::Train {
+                    size,
+                    train,
+                    index,
+                    count,
+                }
+            }
+            KIND_TRAIN_RATE => Signal::TrainRate {
+                train: r.u16()?,
                 rate: r.u64()?,
             },
             tag => {
@@ -391,7 +445,37 @@ mod tests {
                 retransmitted,
                 rate
             }),
+            (any::<u16>(), any::<u16>(), 1..=SETUP_TRAIN_MAX).prop_flat_map(
+                |(size, train, count)| {
+                    (0..count).prop_map(move |index| Signal::Train {
+                        size,
+                        train,
+                        index,
+                        count,
+                    })
+                }
+            ),
+            any::<(u16, u64)>().prop_map(|(train, rate)| Signal::TrainRate { train, rate }),
         ]
+    }
+
+    #[test]
+    fn a_train_car_out_of_range_is_refused() {
+        for (index, count) in [(0, SETUP_TRAIN_MAX + 1), (3, 3), (u16::MAX, u16::MAX)] {
+            let mut w = Writer::new();
+            w.u16(1400).u16(0).u16(index).u16(count);
+            assert!(
+                Signal::decode(KIND_TRAIN, &w.buf).is_err(),
+                "{index}/{count}"
+            );
+        }
+        let car = Signal::Train {
+            size: 1400,
+            train: 2,
+            index: 5,
+            count: 64,
+        };
+        assert_eq!(DATAGRAM_PREFIX + car.encode().len() + crate::TAG_LEN, 1400);
     }
 
     #[test]
@@ -407,7 +491,7 @@ mod tests {
         }
 
         #[test]
-        fn signal_decode_never_panics(kind in 0u8..10, b in proptest::collection::vec(any::<u8>(), 0..300)) {
+        fn signal_decode_never_panics(kind in 0u8..12, b in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = Signal::decode(kind, &b);
             let _ = decode_prefix(&b);
         }

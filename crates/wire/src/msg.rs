@@ -229,9 +229,12 @@ pub enum Msg {
     /// Server authenticated the client (first sealed control frame).
     Welcome,
     /// Client, after a UDP request: the datagram payload size the path
-    /// carries both ways, or 0 to fall back to the TCP streams (P-23).
+    /// carries both ways, or 0 to fall back to the TCP streams (P-23);
+    /// and the rate, in datagram bytes per second, that the server's
+    /// set-up train arrived at (0: not measured).
     UseTransport {
         udp_payload: u16,
+        path_rate: u64,
     },
     /// Sender: these blocks are all zeros, and are not sent (P-29). The
     /// receiver stores each as a hole, with the hash of zeros of the
@@ -641,8 +644,11 @@ impl Msg {
             Msg::Welcome => {
                 w.u8(11);
             }
-            Msg::UseTransport { udp_payload } => {
-                w.u8(12).u16(*udp_payload);
+            Msg::UseTransport {
+                udp_payload,
+                path_rate,
+            } => {
+                w.u8(12).u16(*udp_payload).u64(*path_rate);
             }
         }
         w.buf
@@ -940,6 +946,7 @@ impl Msg {
             11 => Msg::Welcome,
             12 => Msg::UseTransport {
                 udp_payload: r.u16()?,
+                path_rate: r.u64()?,
             },
             tag => {
                 return Err(DecodeError::UnknownTag {

@@ -281,7 +281,10 @@ pub(crate) fn arb_msg() -> impl Strategy<Value = Msg> {
         any::<u64>().prop_map(|expires| Msg::Granted { expires }),
         proptest::collection::vec(any::<u8>(), 0..64).prop_map(Msg::JobCall),
         proptest::collection::vec(any::<u8>(), 0..64).prop_map(Msg::JobAnswer),
-        any::<u16>().prop_map(|udp_payload| Msg::UseTransport { udp_payload }),
+        any::<(u16, u64)>().prop_map(|(udp_payload, path_rate)| Msg::UseTransport {
+            udp_payload,
+            path_rate
+        }),
         (
             1u32..=crate::packed::MAX_PACKED as u32,
             proptest::collection::vec(any::<u8>(), 1..40)

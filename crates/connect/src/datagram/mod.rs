@@ -6,6 +6,7 @@
 
 pub mod echo;
 pub mod setup;
+pub mod train;
 
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub struct UdpLink {
     /// UDP payload bytes per datagram, probed for the path.
     pub payload: usize,
     pub rtt: Duration,
+    /// The rate, in datagram bytes per second, at which set-up's packet
+    /// train crossed the path in this side's sending direction (P-23):
+    /// where a first transfer to a host starts. `None`: not measured.
+    pub path_rate: Option<u64>,
     /// Threads that read and hash (sender) or verify and write (receiver).
     pub workers: usize,
     /// Sealed datagrams that arrived during set-up, to be handled first.

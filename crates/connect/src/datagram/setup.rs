@@ -6,6 +6,13 @@
 //! below `DATA_SEQ_START`: the server's responder answers at most
 //! [`SETUP_REPLIES_MAX`] datagrams, so however many a peer sends (or
 //! replays), its numbers never reach the transfer's (P-39).
+//!
+//! Each side also sends one packet train (P-23, version 20): the client
+//! with its hello, the server with the hello's answer. The other side
+//! measures it ([`super::train`]), so the sender's first data can go at
+//! the path's rate rather than probing up to it: the server answers the
+//! client's with [`Signal::TrainRate`], and the client reports the
+//! server's in `UseTransport`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,12 +22,23 @@ use secure::DatagramKey;
 use udp::{RecvBatch, UdpChannel};
 use wire::datagram::{Signal, DATA_SEQ_START, MIN_PAYLOAD};
 
+use super::train::{train_len, TrainMeter};
 use super::{open, seal_signal, Opened};
 
 /// Largest datagram tried: a 9000-byte MTU's payload.
 const JUMBO_MTU: usize = 9000;
 /// Early transfer datagrams the server keeps for the receiver.
 const BACKLOG: usize = 4096;
+/// After the hello's answer, the longest the client waits for its train's
+/// rate and the server's train. Both come right behind the answer (the
+/// trains take under 8 ms on a path faster than the 100 Mbit/s a transfer
+/// starts at, and a slower one needs neither), so the wait ends as soon
+/// as both are in; this bounds it when one was lost, or when a server
+/// busy with another session's end answers late (10 ms missed two first
+/// transfers in ten on the 2-core test VM).
+const TRAIN_GRACE: Duration = Duration::from_millis(50);
+/// The size of the server's train cars: every path carries it.
+const SERVER_CAR: usize = MIN_PAYLOAD as usize;
 
 /// Most datagrams the server's set-up responder sends in one session: a
 /// hello's answer and every probe echo of set-up and of `haul probe`
@@ -40,7 +58,21 @@ pub struct Hello {
     sizes: Vec<usize>,
     /// The next set-up sequence number.
     seq: u64,
+    /// Trains sent (one with each hello).
+    trains: u16,
     sent: Instant,
+}
+
+/// What set-up found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setup {
+    /// UDP payload bytes per datagram both directions carry.
+    pub payload: usize,
+    /// The rate, in datagram bytes per second, at which the client's train
+    /// reached the server, and the server's reached the client, where they
+    /// could be measured.
+    pub to_server: Option<u64>,
+    pub from_server: Option<u64>,
 }
 
 /// Client: connects the channel to the server's UDP port and sends the
@@ -69,6 +101,7 @@ pub fn client_hello(
         server,
         sizes,
         seq: 0,
+        trains: 0,
         sent: Instant::now(),
     };
     send_hello(channel, &mut hello, session, send_key);
@@ -80,8 +113,9 @@ pub fn client_hello(
 /// lost hello or echo costs a resend interval (two round trips) or a
 /// probe round (three), and at 1% loss one of the four datagrams of a
 /// single pair was lost in about one set-up in 25 (measured: a second
-/// before the first data, 1 GiB at 1 Gbit/s, 150 ms). A probe that fails
-/// to send locally is ignored here.
+/// before the first data, 1 GiB at 1 Gbit/s, 150 ms). The client's train
+/// follows, at the largest size. A probe or car that fails to send locally
+/// is ignored here.
 fn send_hello(channel: &UdpChannel, h: &mut Hello, session: [u8; 16], send_key: &DatagramKey) {
     let pair = [Signal::Hello(session), Signal::Probe(h.sizes[0] as u16)];
     for sig in pair.iter().chain(pair.iter()) {
@@ -89,7 +123,30 @@ fn send_hello(channel: &UdpChannel, h: &mut Hello, session: [u8; 16], send_key: 
         h.seq += 1;
         let _ = channel.send(&d, d.len(), Duration::from_millis(100));
     }
+    h.seq = send_train(channel, send_key, h.seq, h.trains, h.sizes[0]);
+    h.trains = h.trains.wrapping_add(1);
     h.sent = Instant::now();
+}
+
+/// Sends train number `train` of `size`-byte cars back to back, in as few
+/// send calls as segmentation offload allows, from sequence number `seq`;
+/// returns the next one.
+fn send_train(channel: &UdpChannel, key: &DatagramKey, seq: u64, train: u16, size: usize) -> u64 {
+    let count = train_len(size);
+    let mut cars = Vec::with_capacity(count as usize * size);
+    for index in 0..count {
+        let car = Signal::Train {
+            size: size as u16,
+            train,
+            index,
+            count,
+        };
+        cars.extend_from_slice(&seal_signal(key, seq + u64::from(index), &car));
+    }
+    for batch in cars.chunks(channel.max_segments(size) * size) {
+        let _ = channel.send(batch, size, Duration::from_millis(100));
+    }
+    seq + u64::from(count)
 }
 
 /// Client, once the server has accepted: waits for the hello's answer
@@ -102,8 +159,86 @@ pub fn client(
     send_key: &DatagramKey,
     recv_key: &DatagramKey,
     rtt: Duration,
-) -> Result<usize, SetupFailed> {
-    let server = hello.server;
+) -> Result<Setup, SetupFailed> {
+    let heard = await_welcome(channel, &mut hello, session, (send_key, recv_key), rtt)?;
+    let found = |payload| Setup {
+        payload,
+        to_server: heard.to_server,
+        from_server: heard.from_server,
+    };
+    if heard.largest_echoed {
+        return Ok(found(hello.sizes[0]));
+    }
+    probe_sizes(channel, &hello, (send_key, recv_key), rtt).map(found)
+}
+
+/// What the client heard while it waited for the hello's answer.
+#[derive(Default)]
+struct Heard {
+    welcomed: Option<Instant>,
+    largest_echoed: bool,
+    /// The trains' rates where measured, and whether each is settled
+    /// (answered, or measured, be it 0).
+    to_server: Option<u64>,
+    from_server: Option<u64>,
+    to_settled: bool,
+    from_settled: bool,
+    /// The server's train.
+    meter: TrainMeter,
+}
+
+impl Heard {
+    /// One received datagram (`len` bytes sealed), with the kernel's
+    /// receive time.
+    fn take(
+        &mut self,
+        signal: Signal,
+        (session, largest): ([u8; 16], usize),
+        at: Option<Duration>,
+        len: usize,
+    ) {
+        match signal {
+            Signal::HelloAck(s) if s == session => {
+                self.welcomed.get_or_insert_with(Instant::now);
+            }
+            Signal::ProbeAck(n) => self.largest_echoed |= n as usize == largest,
+            Signal::TrainRate { rate, .. } => {
+                self.to_settled = true;
+                self.to_server = self.to_server.or((rate > 0).then_some(rate));
+            }
+            Signal::Train {
+                train,
+                index,
+                count,
+                ..
+            } => {
+                // Only the kernel's receive times measure a train.
+                let car = (train, index, count);
+                if let Some((_, rate)) = at.and_then(|at| self.meter.on_car(car, len, at)) {
+                    self.from_settled = true;
+                    self.from_server = self.from_server.or((rate > 0).then_some(rate));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Welcomed, and the trains are settled or their grace is over.
+    fn done(&self, now: Instant) -> bool {
+        self.welcomed
+            .is_some_and(|at| (self.to_settled && self.from_settled) || now >= at + TRAIN_GRACE)
+    }
+}
+
+/// Step 4 of set-up (P-23): waits for the hello's answer, sending the
+/// hello again now and then, and for the trains' rates right behind it.
+fn await_welcome(
+    channel: &mut UdpChannel,
+    hello: &mut Hello,
+    session: [u8; 16],
+    (send_key, recv_key): (&DatagramKey, &DatagramKey),
+    rtt: Duration,
+) -> Result<Heard, SetupFailed> {
     let mut batch = RecvBatch::default();
     let patience = (rtt * 10).max(Duration::from_secs(3));
     let resend = (rtt * 2).max(Duration::from_millis(200));
@@ -112,41 +247,57 @@ pub fn client(
     // The server answers a hello that waited for its acceptance right
     // behind it: allow that answer half a round trip before sending again.
     let mut next_hello = (hello.sent + resend).max(accepted + rtt / 2);
-    let (mut welcomed, mut largest_echoed) = (false, false);
-    while !welcomed {
+    let mut heard = Heard::default();
+    let mine = (session, hello.sizes[0]);
+    while !heard.done(Instant::now()) {
         let now = Instant::now();
-        if now >= deadline {
+        if heard.welcomed.is_none() && now >= deadline {
             return Err(SetupFailed(format!(
-                "no answer from UDP port {server} within {:.1}s (a firewall between the hosts?)",
+                "no answer from UDP port {} within {:.1}s (a firewall between the hosts?)",
+                hello.server,
                 patience.as_secs_f64()
             )));
         }
-        if now >= next_hello {
-            send_hello(channel, &mut hello, session, send_key);
+        if heard.welcomed.is_none() && now >= next_hello {
+            send_hello(channel, hello, session, send_key);
             next_hello = now + resend;
         }
-        let wait = next_hello.min(deadline).saturating_duration_since(now);
-        if channel.recv(&mut batch, wait).unwrap_or(0) > 0 {
-            batch.for_each(|_, d| match open(recv_key, d) {
-                Some(Opened::Signal {
-                    signal: Signal::HelloAck(s),
-                    ..
-                }) => welcomed |= s == session,
-                Some(Opened::Signal {
-                    signal: Signal::ProbeAck(n),
-                    ..
-                }) => largest_echoed |= n as usize == hello.sizes[0],
-                _ => {}
+        let until = heard
+            .welcomed
+            .map_or(next_hello.min(deadline), |at| at + TRAIN_GRACE);
+        if channel
+            .recv(&mut batch, until.saturating_duration_since(now))
+            .unwrap_or(0)
+            > 0
+        {
+            batch.for_each_stamped(|_, at, d| {
+                let len = d.len();
+                if let Some(Opened::Signal { signal, .. }) = open(recv_key, d) {
+                    heard.take(signal, mine, at, len);
+                }
             });
         }
     }
-    let (sizes, mut seq) = (hello.sizes, hello.seq);
-    if largest_echoed {
-        return Ok(sizes[0]);
+    // The server's train lost its last car: what came measures it.
+    if let (None, Some((_, rate))) = (heard.from_server, heard.meter.flush()) {
+        heard.from_server = (rate > 0).then_some(rate);
     }
+    Ok(heard)
+}
+
+/// Step 5 of set-up (P-23): finds the largest payload that crosses the
+/// path both ways, each size probed up to three times.
+fn probe_sizes(
+    channel: &mut UdpChannel,
+    hello: &Hello,
+    (send_key, recv_key): (&DatagramKey, &DatagramKey),
+    rtt: Duration,
+) -> Result<usize, SetupFailed> {
+    let mut batch = RecvBatch::default();
+    let mut seq = hello.seq;
     // The echo may still be on its way: the first probe round waits for it.
     let wait = (rtt * 3).max(Duration::from_millis(100));
-    for size in sizes {
+    for &size in &hello.sizes {
         for _ in 0..3 {
             let d = seal_signal(send_key, seq, &Signal::Probe(size as u16));
             seq += 1;
@@ -179,8 +330,8 @@ pub fn client(
         }
     }
     Err(SetupFailed(format!(
-        "UDP port {server} answered the hello but no probe of {} bytes or more came back",
-        MIN_PAYLOAD
+        "UDP port {} answered the hello but no probe of {} bytes or more came back",
+        hello.server, MIN_PAYLOAD
     )))
 }
 
@@ -212,34 +363,104 @@ fn serve_within(
     stop: &AtomicBool,
     most: u64,
 ) -> (UdpChannel, Vec<Vec<u8>>) {
-    let mut backlog = Vec::new();
+    let mut r = Responder {
+        session,
+        send_key,
+        recv_key,
+        most,
+        seq: 0,
+        meter: TrainMeter::default(),
+        train_sent: false,
+        backlog: Vec::new(),
+        replies: Vec::new(),
+    };
     let mut batch = RecvBatch::default();
-    let mut seq = 0u64;
     while !stop.load(Ordering::Acquire) {
-        if channel
-            .recv(&mut batch, Duration::from_millis(20))
-            .unwrap_or(0)
-            == 0
-        {
-            continue;
+        // While a train arrives, a quiet socket soon means its last car
+        // was lost: it is answered with what came.
+        let wait = Duration::from_millis(if r.meter.is_open() { 2 } else { 20 });
+        if channel.recv(&mut batch, wait).unwrap_or(0) == 0 {
+            r.quiet(&channel);
+        } else {
+            batch.for_each_stamped(|from, at, d| r.take(from, at, d));
         }
-        let mut replies: Vec<(SocketAddr, Signal)> = Vec::new();
-        batch.for_each(|from, d| {
-            let raw = d.to_vec();
-            match open(recv_key, d) {
-                Some(Opened::Signal {
-                    signal: Signal::Hello(s),
-                    ..
-                }) if s == session => replies.push((from, Signal::HelloAck(s))),
-                Some(Opened::Signal {
-                    signal: Signal::Probe(n),
-                    ..
-                }) => replies.push((from, Signal::ProbeAck(n))),
-                Some(_) if backlog.len() < BACKLOG => backlog.push(raw),
-                _ => {}
+        r.answer(&mut channel);
+    }
+    (channel, r.backlog)
+}
+
+/// The server's set-up state between receive calls.
+struct Responder<'k> {
+    session: [u8; 16],
+    send_key: &'k DatagramKey,
+    recv_key: &'k DatagramKey,
+    /// Most datagrams sent, and the next sequence number.
+    most: u64,
+    seq: u64,
+    meter: TrainMeter,
+    train_sent: bool,
+    backlog: Vec<Vec<u8>>,
+    /// Answers to send, each to the address its datagram came from.
+    replies: Vec<(SocketAddr, Signal)>,
+}
+
+impl Responder<'_> {
+    /// One received datagram, with the kernel's receive time.
+    fn take(&mut self, from: SocketAddr, at: Option<Duration>, d: &mut [u8]) {
+        let raw = d.to_vec();
+        let Some(opened) = open(self.recv_key, d) else {
+            return;
+        };
+        let reply = match opened {
+            Opened::Signal {
+                signal: Signal::Hello(s),
+                ..
+            } if s == self.session => Signal::HelloAck(s),
+            Opened::Signal {
+                signal: Signal::Probe(n),
+                ..
+            } => Signal::ProbeAck(n),
+            Opened::Signal {
+                signal:
+                    Signal::Train {
+                        train,
+                        index,
+                        count,
+                        ..
+                    },
+                ..
+            } => {
+                // Only the kernel's receive times measure a train.
+                let car = (train, index, count);
+                match at.and_then(|at| self.meter.on_car(car, raw.len(), at)) {
+                    Some((train, rate)) => Signal::TrainRate { train, rate },
+                    None => return,
+                }
             }
-        });
-        for (from, reply) in replies {
+            _ => {
+                if self.backlog.len() < BACKLOG {
+                    self.backlog.push(raw);
+                }
+                return;
+            }
+        };
+        self.replies.push((from, reply));
+    }
+
+    /// Nothing waits on the socket: a train whose last car was lost is
+    /// answered with what came.
+    fn quiet(&mut self, channel: &UdpChannel) {
+        if let (Some((train, rate)), Some(peer)) = (self.meter.flush(), channel.peer()) {
+            self.replies.push((peer, Signal::TrainRate { train, rate }));
+        }
+    }
+
+    /// Sends the answers: only to the client whose hello fixed the peer,
+    /// a train's rate twice (a lost one would cost the transfer its
+    /// start), and the server's own train right behind the first
+    /// `HelloAck`.
+    fn answer(&mut self, channel: &mut UdpChannel) {
+        for (from, reply) in std::mem::take(&mut self.replies) {
             if matches!(reply, Signal::HelloAck(_)) && channel.peer().is_none() {
                 // Only an authenticated hello fixes the peer.
                 if let Err(e) = channel.connect(from) {
@@ -250,21 +471,39 @@ fn serve_within(
             if channel.peer() != Some(from) {
                 continue;
             }
-            if seq >= most {
-                if seq == most {
-                    tracing::warn!(
-                        "UDP set-up: the client sent more than {most} hellos and probes; answering no more"
-                    );
-                    seq += 1;
-                }
-                continue;
+            let times = if matches!(reply, Signal::TrainRate { .. }) {
+                2
+            } else {
+                1
+            };
+            for _ in 0..times {
+                self.send(channel, &reply);
             }
-            let d = seal_signal(send_key, seq, &reply);
-            seq += 1;
-            let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+            if matches!(reply, Signal::HelloAck(_)) && !self.train_sent {
+                self.train_sent = true;
+                if self.seq + u64::from(train_len(SERVER_CAR)) <= self.most {
+                    self.seq = send_train(channel, self.send_key, self.seq, 0, SERVER_CAR);
+                }
+            }
         }
     }
-    (channel, backlog)
+
+    /// Seals and sends one answer, unless `most` have gone.
+    fn send(&mut self, channel: &UdpChannel, reply: &Signal) {
+        if self.seq >= self.most {
+            if self.seq == self.most {
+                tracing::warn!(
+                    "UDP set-up: the client sent more than {} hellos and probes; answering no more",
+                    self.most
+                );
+                self.seq += 1;
+            }
+            return;
+        }
+        let d = seal_signal(self.send_key, self.seq, reply);
+        self.seq += 1;
+        let _ = channel.send(&d, d.len(), Duration::from_millis(100));
+    }
 }
 
 #[cfg(test)]
@@ -288,7 +527,7 @@ mod tests {
         rtt: Duration,
     ) -> Result<usize, SetupFailed> {
         let hello = client_hello(c, server, session, c2s)?;
-        client(c, hello, session, c2s, s2c, rtt)
+        client(c, hello, session, c2s, s2c, rtt).map(|s| s.payload)
     }
 
     #[test]
@@ -368,7 +607,8 @@ mod tests {
             // A 1 s round trip: a second hello would wait 2 s after the first.
             let accepted = Instant::now();
             let payload = client(&mut c, hello, [7; 16], &c2s, &s2c, Duration::from_secs(1))
-                .expect("set-up succeeds");
+                .expect("set-up succeeds")
+                .payload;
             assert_eq!(payload, 9000 - 28);
             assert!(
                 accepted.elapsed() < Duration::from_secs(1),
@@ -378,6 +618,54 @@ mod tests {
             stop.store(true, Ordering::Release);
             let (server, _) = h.join().unwrap();
             assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
+        });
+    }
+
+    /// The hello carries the client's train; the server answers it with
+    /// its rate (twice) and sends its own train of 1200-byte cars once,
+    /// right behind the hello's answer (P-23, version 20).
+    #[test]
+    fn trains_go_both_ways_with_the_hello() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
+            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let hello = client_hello(&mut c, addr, [7; 16], &c2s).unwrap();
+            assert_eq!(hello.seq, 4 + u64::from(train_len(9000 - 28)));
+            let mut batch = RecvBatch::default();
+            let (mut rates, mut cars, mut acks) = (0, Vec::new(), 0);
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
+                    batch.for_each(|_, d| {
+                        let len = d.len();
+                        match open(&s2c, d) {
+                            Some(Opened::Signal { signal, .. }) => match signal {
+                                Signal::HelloAck(_) => acks += 1,
+                                Signal::TrainRate { train: 0, .. } => rates += 1,
+                                Signal::Train { index, count, .. } => {
+                                    cars.push((index, count, len))
+                                }
+                                _ => {}
+                            },
+                            _ => panic!("the server sent something that does not open"),
+                        }
+                    });
+                }
+            }
+            stop.store(true, Ordering::Release);
+            h.join().unwrap();
+            // Both hellos of the double pair are answered; the train goes once.
+            assert_eq!(acks, 2);
+            assert_eq!(rates, 2);
+            assert_eq!(cars.len(), 64);
+            assert!(cars
+                .iter()
+                .enumerate()
+                .all(|(i, &c)| c == (i as u16, 64, 1200)));
         });
     }
 

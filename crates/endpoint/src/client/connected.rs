@@ -484,7 +484,7 @@ impl Connected {
         let progress = self.progress();
         if let Some(hello) = hello {
             match hello.and_then(|h| self.udp_setup(h)) {
-                Ok(link) => {
+                Ok((link, from_server)) => {
                     if let Some(span) = self.echo_span {
                         self.echo = Some(datagram::echo::measure(
                             &link.channel,
@@ -498,6 +498,7 @@ impl Connected {
                     self.ctrl_w
                         .send_msg(&Msg::UseTransport {
                             udp_payload: link.payload as u16,
+                            path_rate: from_server,
                         })
                         .map_err(|e| TransferError::lost("confirming the UDP channel", &e))?;
                     progress.timeline.mark(Mark::DataPath);
@@ -519,7 +520,10 @@ impl Connected {
                     }
                     tracing::info!("UDP data channel unavailable ({why}); using TCP streams");
                     self.ctrl_w
-                        .send_msg(&Msg::UseTransport { udp_payload: 0 })
+                        .send_msg(&Msg::UseTransport {
+                            udp_payload: 0,
+                            path_rate: 0,
+                        })
                         .map_err(|e| TransferError::lost("falling back to TCP", &e))?;
                 }
             }
@@ -602,15 +606,17 @@ impl Connected {
     }
 
     /// Sets up the UDP channel once the server accepted: the hello's
-    /// answer, path-MTU probes, buffers sized to the path.
-    fn udp_setup(&self, sent: HelloSent) -> Result<UdpLink, String> {
+    /// answer, path-MTU probes, buffers sized to the path. With the link,
+    /// the rate the server's train reached this host at (0: unmeasured),
+    /// for `UseTransport`.
+    fn udp_setup(&self, sent: HelloSent) -> Result<(UdpLink, u64), String> {
         let HelloSent {
             mut channel,
             hello,
             send_key,
             recv_key,
         } = sent;
-        let payload = setup::client(
+        let found = setup::client(
             &mut channel,
             hello,
             self.keys.session_id(),
@@ -619,18 +625,26 @@ impl Connected {
             self.rtt,
         )
         .map_err(|e| e.0)?;
+        tracing::debug!(
+            "UDP set-up: {} B datagrams; trains crossed at {:?} B/s to the server, {:?} B/s from it",
+            found.payload,
+            found.to_server,
+            found.from_server
+        );
         let want = udp_buffer(self.rtt, self.cfg.rate);
         size_udp_buffers(&channel, want, &self.cfg.tuning, &self.progress);
-        Ok(UdpLink {
+        let link = UdpLink {
             channel,
             send_key,
             recv_key,
-            payload,
+            payload: found.payload,
             rtt: self.rtt,
+            path_rate: found.to_server,
             workers: datagram::workers(),
             backlog: Vec::new(),
             silence: self.cfg.tuning.timeout,
-        })
+        };
+        Ok((link, found.from_server.unwrap_or(0)))
     }
 
     /// The counters of this connection, for a progress display.

@@ -99,7 +99,10 @@ impl Connected {
                 }
                 if hello.is_some() {
                     self.ctrl_w
-                        .send_msg(&Msg::UseTransport { udp_payload: 0 })
+                        .send_msg(&Msg::UseTransport {
+                            udp_payload: 0,
+                            path_rate: 0,
+                        })
                         .map_err(|e| TransferError::lost("choosing TCP streams", &e))?;
                 }
                 Ok(None)
@@ -113,7 +116,10 @@ impl Connected {
                     && choose_transport(Transport::Auto, self.rtt) == Transport::Tcp
                 {
                     self.ctrl_w
-                        .send_msg(&Msg::UseTransport { udp_payload: 0 })
+                        .send_msg(&Msg::UseTransport {
+                            udp_payload: 0,
+                            path_rate: 0,
+                        })
                         .map_err(|e| TransferError::lost("choosing TCP streams", &e))?;
                     return Ok(None);
                 }

@@ -66,11 +66,14 @@ impl super::Server {
             est.rtt = accepted_at.elapsed();
         }
         match choice {
-            Ok(Some(Msg::UseTransport { udp_payload: 0 })) => {
+            Ok(Some(Msg::UseTransport { udp_payload: 0, .. })) => {
                 tracing::info!("client could not use UDP; falling back to TCP streams");
                 gather(joined, streams).map(DataPlan::Tcp)
             }
-            Ok(Some(Msg::UseTransport { udp_payload })) => {
+            Ok(Some(Msg::UseTransport {
+                udp_payload,
+                path_rate,
+            })) => {
                 let Some((channel, backlog)) = answered.filter(|(c, _)| c.peer().is_some()) else {
                     return Err(TransferError::new(
                         ErrorCode::Protocol,
@@ -93,6 +96,9 @@ impl super::Server {
                     recv_key,
                     payload: udp_payload as usize,
                     rtt: est.rtt,
+                    // The client's word (S-7): it moves only startup, and
+                    // never past `--rate` or the key's `rate=`.
+                    path_rate: (path_rate > 0).then_some(path_rate),
                     workers: datagram::workers(),
                     backlog,
                     silence: self.cfg.tuning.timeout,

@@ -107,6 +107,9 @@ fn pump(
             "udp sender: starting at {known} B/s, measured by the last transfer to this host"
         );
         controller = controller.resuming(known);
+    } else if let Some(train) = link.path_rate {
+        tracing::debug!("udp sender: set-up's packet train crossed the path at {train} B/s");
+        controller = controller.from_setup_train(train);
     }
     let mut tx = DatagramSender::new(link.payload, link.rtt, Box::new(controller));
     let p = sh.progress;
