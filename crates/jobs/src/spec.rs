@@ -161,7 +161,15 @@ pub struct Options {
     pub max_size: u64,
     #[serde(default)]
     pub not_before: i64,
+    /// How the transfer shares its path (`--fair`, `--background`;
+    /// P-46), as a request's `share`: 0 fair, 1 background, 2 off. Every
+    /// attempt runs under it.
+    #[serde(default)]
+    pub share: u8,
 }
+
+/// The largest share policy code (`wire::SHARE_OFF`).
+const SHARE_MAX: u8 = 2;
 
 /// When a job stops retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -265,6 +273,12 @@ impl Spec {
         for r in &o.rules {
             text("a rule", r)?;
         }
+        if o.share > SHARE_MAX {
+            return Err(format!(
+                "the share policy is 0 (fair), 1 (background) or 2 (off), not {}",
+                o.share
+            ));
+        }
         text("the label", &self.label)?;
         if let Some(e) = &self.notify.exec {
             text("--notify-exec", e)?;
@@ -332,6 +346,7 @@ pub(crate) mod tests {
                 min_size: 0,
                 max_size: 0,
                 not_before: 0,
+                share: 0,
             },
             retry: Retry::default(),
             notify: Notify::default(),
@@ -359,11 +374,25 @@ pub(crate) mod tests {
         bad(&|s| s.every_secs = Some(5));
         bad(&|s| s.notify.url = Some("file:///etc/passwd".into()));
         bad(&|s| s.retry.deadline_secs = Some(MAX_SECS + 1));
+        bad(&|s| s.options.share = SHARE_MAX + 1);
         assert!(Spec::decode(&vec![b' '; MAX_SPEC_BYTES + 1]).is_err());
         assert!(Spec::decode(b"{\"kind\":\"cp\",\"evil\":1}").is_err());
         let id = Id::random();
         assert_eq!(Id::parse(&id.hex()), Some(id));
         assert_eq!(Id::parse("zz"), None);
+    }
+
+    /// A job keeps its sharing policy (`--background`, `--fair off`);
+    /// a record kept before it had one runs fair.
+    #[test]
+    fn the_share_policy_is_kept_and_defaults_to_fair() {
+        let mut s = spec();
+        s.options.share = 1;
+        assert_eq!(Spec::decode(&s.encode()).unwrap().options.share, 1);
+        let mut v: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        v["options"].as_object_mut().unwrap().remove("share");
+        let old = Spec::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(old.options.share, 0);
     }
 
     proptest::proptest! {

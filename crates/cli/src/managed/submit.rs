@@ -358,6 +358,7 @@ fn options(a: &CpArgs, sources: &[String]) -> Options {
         min_size: sel.min_size,
         max_size: sel.max_size,
         not_before: sel.not_before,
+        share: transfer::Sending::share_code(a.share.share()),
     }
 }
 

@@ -177,7 +177,7 @@ fn pull_request(sources: &[String], o: &jobs::spec::Options) -> Request {
         shard: None,
         select: selection(o),
         itemize: false,
-        share: wire::SHARE_FAIR,
+        share: o.share,
     }
 }
 
@@ -243,6 +243,6 @@ fn client_config(
         select: selection(o),
         itemize: false,
         relay,
-        share: rate::Share::Fair,
+        share: transfer::Sending::share_of(o.share),
     })
 }
