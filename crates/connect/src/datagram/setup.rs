@@ -510,6 +510,7 @@ impl Responder<'_> {
 mod tests {
     use super::*;
     use secure::Protection;
+    use wire::datagram::SETUP_TRAIN_MAX;
 
     fn keys() -> (DatagramKey, DatagramKey) {
         (
@@ -666,6 +667,61 @@ mod tests {
                 .iter()
                 .enumerate()
                 .all(|(i, &c)| c == (i as u16, 64, 1200)));
+        });
+    }
+
+    /// A client that sends train after train, and cars that claim more
+    /// than 64 in their train, gets at most 16 trains answered, each
+    /// twice, and nothing for the cars out of range (P-23, S-limits).
+    #[test]
+    fn a_flood_of_trains_is_answered_a_bounded_number_of_times() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
+            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let hello = client_hello(&mut c, addr, [7; 16], &c2s).unwrap();
+            let mut seq = hello.seq;
+            for train in 1..100u16 {
+                seq = send_train(&c, &c2s, seq, train, MIN_PAYLOAD as usize);
+            }
+            for count in [SETUP_TRAIN_MAX + 1, u16::MAX] {
+                let car = Signal::Train {
+                    size: MIN_PAYLOAD,
+                    train: 500,
+                    index: count - 1,
+                    count,
+                };
+                let d = seal_signal(&c2s, seq, &car);
+                seq += 1;
+                c.send(&d, d.len(), Duration::from_millis(100)).unwrap();
+            }
+            let mut batch = RecvBatch::default();
+            let mut answered = Vec::new();
+            let until = Instant::now() + Duration::from_millis(800);
+            while Instant::now() < until {
+                if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
+                    batch.for_each(|_, d| {
+                        if let Some(Opened::Signal {
+                            signal: Signal::TrainRate { train, .. },
+                            ..
+                        }) = open(&s2c, d)
+                        {
+                            answered.push(train);
+                        }
+                    });
+                }
+            }
+            stop.store(true, Ordering::Release);
+            h.join().unwrap();
+            assert!(!answered.contains(&500), "{answered:?}");
+            assert!(
+                answered.len() <= 2 * crate::datagram::train::TRAINS_ANSWERED_MAX as usize,
+                "{} answers",
+                answered.len()
+            );
         });
     }
 
