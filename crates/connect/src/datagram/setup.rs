@@ -519,6 +519,31 @@ mod tests {
         )
     }
 
+    /// Every signal that reached `c` within `wait`, opened with `key`,
+    /// with its sequence number and sealed length; `None` for one that
+    /// did not open.
+    fn heard(
+        c: &UdpChannel,
+        key: &DatagramKey,
+        wait: Duration,
+    ) -> Vec<Option<(u64, Signal, usize)>> {
+        let mut batch = RecvBatch::default();
+        let mut got = Vec::new();
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
+                batch.for_each(|_, d| {
+                    let len = d.len();
+                    got.push(match open(key, d) {
+                        Some(Opened::Signal { seq, signal }) => Some((seq, signal, len)),
+                        _ => None,
+                    });
+                });
+            }
+        }
+        got
+    }
+
     /// The client's whole set-up: hello, then its answer and the probes.
     fn set_up(
         c: &mut UdpChannel,
@@ -636,25 +661,14 @@ mod tests {
             let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let hello = client_hello(&mut c, addr, [7; 16], &c2s).unwrap();
             assert_eq!(hello.seq, 4 + u64::from(train_len(9000 - 28)));
-            let mut batch = RecvBatch::default();
             let (mut rates, mut cars, mut acks) = (0, Vec::new(), 0);
-            let until = Instant::now() + Duration::from_millis(500);
-            while Instant::now() < until {
-                if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
-                    batch.for_each(|_, d| {
-                        let len = d.len();
-                        match open(&s2c, d) {
-                            Some(Opened::Signal { signal, .. }) => match signal {
-                                Signal::HelloAck(_) => acks += 1,
-                                Signal::TrainRate { train: 0, .. } => rates += 1,
-                                Signal::Train { index, count, .. } => {
-                                    cars.push((index, count, len))
-                                }
-                                _ => {}
-                            },
-                            _ => panic!("the server sent something that does not open"),
-                        }
-                    });
+            for got in heard(&c, &s2c, Duration::from_millis(500)) {
+                let (_, signal, len) = got.expect("everything the server sends opens");
+                match signal {
+                    Signal::HelloAck(_) => acks += 1,
+                    Signal::TrainRate { train: 0, .. } => rates += 1,
+                    Signal::Train { index, count, .. } => cars.push((index, count, len)),
+                    _ => {}
                 }
             }
             stop.store(true, Ordering::Release);
@@ -698,22 +712,13 @@ mod tests {
                 seq += 1;
                 c.send(&d, d.len(), Duration::from_millis(100)).unwrap();
             }
-            let mut batch = RecvBatch::default();
-            let mut answered = Vec::new();
-            let until = Instant::now() + Duration::from_millis(800);
-            while Instant::now() < until {
-                if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
-                    batch.for_each(|_, d| {
-                        if let Some(Opened::Signal {
-                            signal: Signal::TrainRate { train, .. },
-                            ..
-                        }) = open(&s2c, d)
-                        {
-                            answered.push(train);
-                        }
-                    });
-                }
-            }
+            let answered: Vec<u16> = heard(&c, &s2c, Duration::from_millis(800))
+                .into_iter()
+                .filter_map(|got| match got {
+                    Some((_, Signal::TrainRate { train, .. }, _)) => Some(train),
+                    _ => None,
+                })
+                .collect();
             stop.store(true, Ordering::Release);
             h.join().unwrap();
             assert!(!answered.contains(&500), "{answered:?}");
@@ -743,19 +748,12 @@ mod tests {
                 let d = seal_signal(&c2s, seq, &Signal::Probe(MIN_PAYLOAD));
                 c.send(&d, d.len(), Duration::from_millis(100)).unwrap();
             }
-            let mut batch = RecvBatch::default();
-            let (mut answers, mut highest) = (0, 0);
-            let until = Instant::now() + Duration::from_millis(500);
-            while Instant::now() < until {
-                if c.recv(&mut batch, Duration::from_millis(50)).unwrap_or(0) > 0 {
-                    batch.for_each(|_, d| {
-                        if let Some(Opened::Signal { seq, .. }) = open(&s2c, d) {
-                            answers += 1;
-                            highest = highest.max(seq);
-                        }
-                    });
-                }
-            }
+            let seqs: Vec<u64> = heard(&c, &s2c, Duration::from_millis(500))
+                .into_iter()
+                .flatten()
+                .map(|(seq, _, _)| seq)
+                .collect();
+            let (answers, highest) = (seqs.len(), seqs.iter().copied().max().unwrap_or(0));
             stop.store(true, Ordering::Release);
             h.join().unwrap();
             assert_eq!(answers, 3);

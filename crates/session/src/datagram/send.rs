@@ -654,12 +654,15 @@ mod tests {
         assert_eq!(again, 3 * 2, "each re-send and its tail copy");
     }
 
-    #[test]
-    fn re_sends_in_the_tail_go_twice_after_the_others() {
+    /// One 6000-byte block sent whole in the tail, after `lost` of the
+    /// 10,000 datagrams before it were reported lost; then its second and
+    /// fourth chunks reported missing. What was sent first, and after.
+    fn two_lost_in_the_tail(lost: u64) -> (DatagramSender, Vec<ChunkTransmit>, Vec<ChunkTransmit>) {
         let now = Duration::ZERO;
         let mut s = sender();
         s.add_block(0, 0, raw([0; 32], 6000), Arc::new(vec![0u8; 6000]));
         tail(&mut s);
+        s.stats.reported_lost = lost;
         let first: Vec<_> = std::iter::from_fn(|| s.poll_transmit(now)).collect();
         assert_eq!(first.len(), 5);
         s.on_report(
@@ -670,6 +673,12 @@ mod tests {
             },
         );
         let again: Vec<_> = std::iter::from_fn(|| s.poll_transmit(now)).collect();
+        (s, first, again)
+    }
+
+    #[test]
+    fn re_sends_in_the_tail_go_twice_after_the_others() {
+        let (s, first, again) = two_lost_in_the_tail(0);
         let ranges: Vec<_> = again.iter().map(|c| c.range.clone()).collect();
         assert_eq!(
             ranges,
@@ -681,21 +690,8 @@ mod tests {
 
     #[test]
     fn on_a_heavily_lossy_path_tail_re_sends_go_three_times() {
-        let now = Duration::ZERO;
-        let mut s = sender();
-        s.add_block(0, 0, raw([0; 32], 6000), Arc::new(vec![0u8; 6000]));
-        tail(&mut s);
         // A tenth of the datagrams so far were reported lost.
-        s.stats.reported_lost = 1_000;
-        let first: Vec<_> = std::iter::from_fn(|| s.poll_transmit(now)).collect();
-        s.on_report(
-            now,
-            &Report {
-                missing: vec![(first[1].seq, 1), (first[3].seq, 1)],
-                ..Report::default()
-            },
-        );
-        let again: Vec<_> = std::iter::from_fn(|| s.poll_transmit(now)).collect();
+        let (_, first, again) = two_lost_in_the_tail(1_000);
         let ranges: Vec<_> = again.iter().map(|c| c.range.clone()).collect();
         let (a, b) = (first[1].range.clone(), first[3].range.clone());
         assert_eq!(ranges, [a.clone(), b.clone(), a.clone(), a, b.clone(), b]);
