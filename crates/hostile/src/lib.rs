@@ -286,14 +286,14 @@ impl Client {
         let udp = req.transport == TRANSPORT_UDP;
         let protection = protection_of(req.protection);
         let requested = req.streams;
-        self.ctrl_w
-            .send_msg(&Msg::Request(req))
-            .map_err(|e| TransferError::lost("sending the request", &e))?;
-        // The hello goes right behind the request to the port message two
+        // The hello goes right before the request to the port message two
         // named, or, where it named none, after `Accept` names one (P-23).
         let hello = (udp && self.udp_port != 0)
             .then(|| self.hello(protection))
             .transpose()?;
+        self.ctrl_w
+            .send_msg(&Msg::Request(req))
+            .map_err(|e| TransferError::lost("sending the request", &e))?;
         let mut answers = Vec::new();
         for _ in 0..2 {
             let (mut got, how) = read_for(&mut self.ctrl_r, WAIT, |_| true);

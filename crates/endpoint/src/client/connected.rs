@@ -404,13 +404,15 @@ impl Connected {
         let requested = req.streams;
         let asked_udp = req.transport == TRANSPORT_UDP;
         let asked_at = Instant::now();
-        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
-        // The hello rides right behind the request, to the port message two
-        // named; the server answers it once it accepts (P-23). A server
-        // that named none there opens its socket once it knows the client,
-        // and names it in `Accept`: the hello then follows that.
+        // The hello goes right before the request, to the port message two
+        // named; the server answers it once it accepts (P-23). Before, not
+        // behind: its packet train then crosses the path while the server
+        // is idle, not while it reads the request and sets the session up.
+        // A server that named none there opens its socket once it knows
+        // the client, and names it in `Accept`: the hello then follows that.
         let late_udp = asked_udp && self.udp_port == 0;
         let hello = (asked_udp && !late_udp).then(|| self.udp_hello());
+        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
         // So do the data connections, all at once: the server holds their
         // joins until it accepts (P-20), so their round trip overlaps the
         // answer's instead of following it, one per connection.
