@@ -21,7 +21,7 @@ const TRAIN_MIN_CARS: usize = 8;
 /// NIC's interrupt coalescing, or an emulator's forwarding slack, hands
 /// datagrams over in bunches (about 100 µs here), which would dominate
 /// a shorter span and read several times the bottleneck.
-pub const TRAIN_MIN_SPAN: Duration = Duration::from_micros(250);
+const TRAIN_MIN_SPAN: Duration = Duration::from_micros(250);
 /// Fewest cars that must arrive for a measurement.
 const TRAIN_MIN_ARRIVED: u16 = 6;
 
@@ -96,7 +96,7 @@ impl TrainMeter {
                 a.first_at = a.first_at.min(at);
             }
             _ => {
-                closed = self.close();
+                closed = self.flush();
                 self.current = Some(Arriving {
                     train,
                     closed: false,
@@ -108,8 +108,8 @@ impl TrainMeter {
                 });
             }
         }
-        if index + 1 == count {
-            return self.close().or(closed);
+        if index.saturating_add(1) == count {
+            return self.flush().or(closed);
         }
         closed
     }
@@ -119,15 +119,11 @@ impl TrainMeter {
         self.current.as_ref().is_some_and(|a| !a.closed)
     }
 
-    /// Nothing more is waiting to be read: closes the train in progress,
-    /// whose last car was lost, as [`TrainMeter::on_car`] would.
+    /// Closes the train in progress (its last car arrived, a later
+    /// train's did, or nothing more waits to be read and its last car was
+    /// lost): `(train, rate)` to answer, unless the meter has answered
+    /// [`TRAINS_ANSWERED_MAX`] already.
     pub fn flush(&mut self) -> Option<(u16, u64)> {
-        self.close()
-    }
-
-    /// Closes the train in progress: `(train, rate)` to answer, unless the
-    /// meter has answered [`TRAINS_ANSWERED_MAX`] already.
-    fn close(&mut self) -> Option<(u16, u64)> {
         let a = self.current.as_mut().filter(|a| !a.closed)?;
         // Kept, closed, so that its stragglers stay ignored.
         a.closed = true;
