@@ -421,7 +421,9 @@ fn a_bucket_on_either_end() {
 /// The daemon that holds a job is killed mid-run and started again: the
 /// job is read back from its journal, retried, and ends verified; the
 /// daemon's `--notify-exec` command gets the job's JSON. A job's own
-/// command needs an operator key.
+/// command needs an operator key. Where the kill lands after B verified
+/// the push but before A heard so, the retry learns it from B's spent
+/// grant (P-45 G-5) and the job still ends succeeded.
 #[test]
 fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
     let t = Two::new();
@@ -456,8 +458,9 @@ fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
     let _sa = serve_a();
     assert!(
         wait_until(Duration::from_secs(150), || show()["state"] == "succeeded"),
-        "{}",
-        show()
+        "{}\nthe destination's daemon said:\n{}",
+        show(),
+        sb.log.lock().unwrap()
     );
     assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
     let v = show();

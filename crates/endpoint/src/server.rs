@@ -569,11 +569,11 @@ impl Server {
         }
         let how = (est.rtt, gated, protection);
         let run = self.run_side(side, plan, (ctrl_r, ctrl_w), req, how, progress, rec);
-        // A grant is used up by the push it allowed, once that succeeds
-        // (P-45 G-5); a repeating sync's stays until it expires.
+        // A grant is spent by the push it allowed, once that succeeds
+        // (P-45 G-5); a repeating sync's stays live until it expires.
         if let (Ok(_), Some(g), Some(grants)) = (&run, &access.grant, &self.grants) {
             if !g.repeat {
-                grants.consume(&g.key);
+                grants.spend(&g.key);
             }
         }
         run

@@ -40,6 +40,10 @@ pub enum ErrorCode {
     /// The shards of one transfer disagree about its plan: the sources
     /// changed between them (P-42).
     ShardPlan = 19,
+    /// A one-time grant was used up by a push that ended verified here
+    /// (P-45 G-5): its key comes back after the push completed, as a job
+    /// whose daemon stopped before it heard so does.
+    GrantSpent = 20,
     /// Client only, never sent: some sources were not there to send (a
     /// `--files-from` list naming missing files), as rsync's exit 23;
     /// everything else is verified and in place.
@@ -67,6 +71,7 @@ impl ErrorCode {
             17 => ErrorCode::NoBucket,
             18 => ErrorCode::Throttled,
             19 => ErrorCode::ShardPlan,
+            20 => ErrorCode::GrantSpent,
             23 => ErrorCode::Partial,
             _ => ErrorCode::Other,
         }

@@ -4,16 +4,23 @@
 
 use secure::{AuthorizedKeys, PublicKey};
 
+use wire::{ErrorCode, TransferError};
+
 use super::{access, keyring, ClientKeys};
 
+fn auth(message: String) -> TransferError {
+    TransferError::new(ErrorCode::Auth, message)
+}
+
 impl super::Server {
-    /// Whether `peer` may open a session; the refusal says what to do.
+    /// Whether `peer` may open a session; the refusal says what to do
+    /// (`Auth`, or `GrantSpent` for a grant's key after its push).
     /// `Ok` holds the comment the file gives the key, naming it in logs,
     /// and what its options allow.
     pub(super) fn admit(
         &self,
         peer: &PublicKey,
-    ) -> Result<(Option<String>, access::KeyOptions), String> {
+    ) -> Result<(Option<String>, access::KeyOptions), TransferError> {
         match &self.cfg.client_keys {
             ClientKeys::File(path) => {
                 let authorized = match AuthorizedKeys::load(path) {
@@ -31,23 +38,23 @@ impl super::Server {
                 if authorized.contains(peer) {
                     let opts = access::KeyOptions::parse(authorized.options(peer).unwrap_or(""))
                         .map_err(|e| {
-                            format!(
+                            auth(format!(
                                 "your key {} has options in {} on the server that haul refuses: {e}; ask its operator",
                                 peer.fingerprint(),
                                 path.display()
-                            )
+                            ))
                         })?;
                     return Ok((authorized.comment(peer).map(str::to_string), opts));
                 }
                 if let Some(granted) = self.granted(peer, &authorized)? {
                     return Ok((Some("one-time grant".into()), granted));
                 }
-                Err(format!(
+                Err(auth(format!(
                     "the server does not know your key {} (client key); add this line to {} on the server: {}",
                     peer.fingerprint(),
                     path.display(),
                     peer
-                ))
+                )))
             }
             // The login's own one-time key: it may run what the login
             // may, a transfer between two hosts included (P-45).
@@ -58,10 +65,10 @@ impl super::Server {
                     ..access::KeyOptions::default()
                 },
             )),
-            ClientKeys::Only(_) => Err(format!(
+            ClientKeys::Only(_) => Err(auth(format!(
                 "key {} is not the one-time key of the ssh session that started this server",
                 peer.fingerprint()
-            )),
+            ))),
         }
     }
 
@@ -72,7 +79,7 @@ impl super::Server {
         &self,
         peer: &PublicKey,
         authorized: &AuthorizedKeys,
-    ) -> Result<Option<access::KeyOptions>, String> {
+    ) -> Result<Option<access::KeyOptions>, TransferError> {
         let Some(grants) = &self.grants else {
             return Ok(None);
         };
@@ -81,13 +88,13 @@ impl super::Server {
         };
         if !authorized.contains(&found.issuer) {
             grants.consume(&peer.0);
-            return Err(format!(
+            return Err(auth(format!(
                 "the key {} that issued this one-time grant is no longer authorized on this server; the grant is void",
                 found.issuer.fingerprint()
-            ));
+            )));
         }
         let issuer = access::KeyOptions::parse(authorized.options(&found.issuer).unwrap_or(""))
-            .map_err(|e| format!("the line of the key that issued this grant: {e}"))?;
+            .map_err(|e| auth(format!("the line of the key that issued this grant: {e}")))?;
         Ok(Some(access::KeyOptions {
             sessions: Some(1),
             tunnel_to: Vec::new(),

@@ -4,8 +4,10 @@
 //! path, the options and bytes allowed and when it expires; it is kept in
 //! the daemon's state directory (so that a job's retries survive this
 //! daemon restarting), private, one file a grant named by the grantee's
-//! key, and removed once used (unless it repeats), once expired, or
-//! when its issuer's key is no longer authorized. Nothing in it lets
+//! key; spent once used (unless it repeats), and removed once expired
+//! or when its issuer's key is no longer authorized. A spent grant lets
+//! no one in: it only tells its key that its push ended verified, for a
+//! job whose daemon stopped before it heard so. Nothing in it lets
 //! anyone in but the holder of the one-time secret.
 
 use std::fs;
@@ -15,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use secure::PublicKey;
 use serde::{Deserialize, Serialize};
+
+use wire::{ErrorCode, TransferError};
 
 use super::access::GrantedPush;
 
@@ -31,6 +35,10 @@ struct GrantFile {
     /// Seconds since the epoch.
     expires: u64,
     repeat: bool,
+    /// When a push through it ended verified (seconds since the epoch):
+    /// it lets no one in since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spent: Option<u64>,
 }
 
 /// A grant found for a key: who issued it and what it allows.
@@ -113,7 +121,16 @@ impl Grants {
             budget: push.budget,
             expires,
             repeat: push.repeat,
+            spent: None,
         };
+        self.write(&path, &g)
+            .map_err(|e| format!("cannot keep the grant in {}: {e}", self.dir.display()))?;
+        Ok(expires)
+    }
+
+    /// Writes `g` to `path` whole: a private file beside it, synced, then
+    /// renamed over it.
+    fn write(&self, path: &Path, g: &GrantFile) -> std::io::Result<()> {
         let tmp = path.with_extension("new");
         let write = || -> std::io::Result<()> {
             let mut f = fs::OpenOptions::new()
@@ -121,33 +138,45 @@ impl Grants {
                 .write(true)
                 .mode(0o600)
                 .open(&tmp)?;
-            f.write_all(&serde_json::to_vec(&g).expect("a grant serializes"))?;
+            f.write_all(&serde_json::to_vec(g).expect("a grant serializes"))?;
             f.sync_all()?;
-            fs::rename(&tmp, &path)?;
+            fs::rename(&tmp, path)?;
             fs::File::open(&self.dir)?.sync_all()
         };
-        write().map_err(|e| {
+        write().inspect_err(|_| {
             let _ = fs::remove_file(&tmp);
-            format!("cannot keep the grant in {}: {e}", self.dir.display())
-        })?;
-        Ok(expires)
+        })
     }
 
     /// The live grant for `key`, if any; an expired one is removed and
-    /// said so.
-    pub(crate) fn find(&self, key: &PublicKey) -> Result<Option<Found>, String> {
+    /// said so (`Auth`), a spent one said so (`GrantSpent`).
+    pub(crate) fn find(&self, key: &PublicKey) -> Result<Option<Found>, TransferError> {
         let path = self.file(&key.0);
         let Some(g) = read(&path) else {
             return Ok(None);
         };
         if g.expires <= now_secs() {
             let _ = fs::remove_file(&path);
-            return Err(format!(
-                "the one-time grant of key {} has expired; the grant's issuer must grant again",
-                key.fingerprint()
+            return Err(TransferError::new(
+                ErrorCode::Auth,
+                format!(
+                    "the one-time grant of key {} has expired; the grant's issuer must grant again",
+                    key.fingerprint()
+                ),
             ));
         }
-        let issuer = PublicKey::parse(&g.issuer).ok_or("a grant with a bad issuer")?;
+        if let Some(at) = g.spent {
+            return Err(TransferError::new(
+                ErrorCode::GrantSpent,
+                format!(
+                    "the one-time grant of key {} was used up {} s ago by a push that ended verified here; nothing more comes in through it",
+                    key.fingerprint(),
+                    now_secs().saturating_sub(at)
+                ),
+            ));
+        }
+        let issuer = PublicKey::parse(&g.issuer)
+            .ok_or_else(|| TransferError::new(ErrorCode::Auth, "a grant with a bad issuer"))?;
         Ok(Some(Found {
             issuer,
             push: GrantedPush {
@@ -161,9 +190,22 @@ impl Grants {
         }))
     }
 
-    /// The grant was used (a push through it succeeded), or its issuer is
-    /// no longer authorized: it is gone, and its key no longer gets in
-    /// (G-5).
+    /// A push through the grant ended verified: its key no longer gets
+    /// in, and hears so until the grant would have expired (G-5). Where
+    /// the mark cannot be kept, the grant goes.
+    pub(crate) fn spend(&self, key: &[u8; 32]) {
+        let path = self.file(key);
+        let Some(mut g) = read(&path) else {
+            return;
+        };
+        g.spent = Some(now_secs());
+        if self.write(&path, &g).is_err() {
+            self.consume(key);
+        }
+    }
+
+    /// The grant's issuer is no longer authorized, or it could not be
+    /// marked spent: it is gone, and its key no longer gets in (G-5).
     pub(crate) fn consume(&self, key: &[u8; 32]) {
         let _ = fs::remove_file(self.file(key));
         if let Ok(d) = fs::File::open(&self.dir) {

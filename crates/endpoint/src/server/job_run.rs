@@ -119,10 +119,13 @@ fn run(server: &super::Server, rec: &Record, slot: &Attempt) -> Result<Outcome, 
     let o = &spec.options;
     let owner = PublicKey::parse(&rec.owner)
         .ok_or_else(|| TransferError::new(ErrorCode::Auth, "the job's owner key is malformed"))?;
-    let (_, opts) = server.admit(&owner).map_err(|m| {
+    let (_, opts) = server.admit(&owner).map_err(|e| {
         TransferError::new(
             ErrorCode::Auth,
-            format!("the key that submitted this job is no longer authorized on this server: {m}"),
+            format!(
+                "the key that submitted this job is no longer authorized on this server: {}",
+                e.message
+            ),
         )
     })?;
     if !(opts.jobs || opts.operator) {
@@ -134,16 +137,38 @@ fn run(server: &super::Server, rec: &Record, slot: &Attempt) -> Result<Outcome, 
     let d = &spec.dest;
     opts.may_push_to(&d.host, d.port, &d.addrs)?;
     let req = opts.allow(pull_request(&rec.spec.sources, &rec.spec.options))?;
-    let (entries, sources, _) = server.job_sources(&opts, &req)?;
+    let (entries, sources, bytes) = server.job_sources(&opts, &req)?;
+    let files = entries
+        .iter()
+        .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
+        .count() as u64;
     let cfg = client_config(server, rec, (req.rate, slot.relay.clone()))?;
-    let connected = Connected::connect(cfg)?;
-    slot.connected(connected.progress())?;
-    let report = connected.push_from(
-        entries,
-        sources,
-        &spec.dest.path,
-        (o.recursive, o.many_sources, o.contents),
-    )?;
+    let pushed = Connected::connect(cfg).and_then(|connected| {
+        slot.connected(connected.progress())?;
+        connected.push_from(
+            entries,
+            sources,
+            &spec.dest.path,
+            (o.recursive, o.many_sources, o.contents),
+        )
+    });
+    let report = match pushed {
+        Ok(report) => report,
+        // An earlier attempt's push ended verified at B, and this daemon
+        // stopped (or lost the link) before it heard so (P-45 G-5, J-5).
+        Err(e) if e.code == ErrorCode::GrantSpent => {
+            tracing::info!("job {}: {}", rec.id, e.message);
+            return Ok(Outcome::Done {
+                files,
+                bytes,
+                sent: slot.sent(),
+                wire: slot.wire(),
+                secs: 1e-6,
+                rate_bps: 0,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     let secs = report.duration.as_secs_f64().max(1e-6);
     Ok(Outcome::Done {
         files: report.summary.files,

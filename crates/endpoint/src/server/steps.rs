@@ -61,9 +61,7 @@ impl Server {
         progress: &Arc<Progress>,
         rec: &record::Record,
     ) -> Result<(KeyOptions, Entered<'_>), TransferError> {
-        let (comment, access) = self
-            .admit(peer)
-            .map_err(|msg| TransferError::new(ErrorCode::Auth, msg))?;
+        let (comment, access) = self.admit(peer)?;
         rec.key(peer.fingerprint(), comment.clone());
         let trusted = control
             .peer_addr()
