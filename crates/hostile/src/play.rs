@@ -601,7 +601,7 @@ pub fn play_datagram(setup: &DgSetup, steps: impl IntoIterator<Item = DgStep>) -
                 });
                 let len = (len as usize).min(data.len());
                 let h = ChunkHeader {
-                    sent_us: now.as_micros() as u64,
+                    sent_us: now.as_micros() as u32,
                     file,
                     index,
                     offset,

@@ -123,7 +123,7 @@ fn transfer(fwd: LinkConfig, rev: LinkConfig, blocks: u32, seed: u64) -> Outcome
                 let mut b = vec![0u8; DATAGRAM_PREFIX];
                 encode_prefix(&mut b, KIND_DATA, c.seq);
                 let h = ChunkHeader {
-                    sent_us: now.as_micros() as u64,
+                    sent_us: now.as_micros() as u32,
                     ..c.header
                 };
                 let mut hb = [0u8; 64];

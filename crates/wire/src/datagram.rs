@@ -1,19 +1,30 @@
 //! Datagrams of the UDP data channel (P-24).
 //!
-//! Every datagram starts with a 9-byte cleartext prefix, `kind: u8 | seq:
-//! u64 LE`, where `seq` counts the datagrams one side sends in its direction
-//! and doubles as the AEAD nonce, so a datagram can be opened whatever
-//! arrived before it. The body that follows is sealed and ends with a 16-byte
+//! Every datagram starts with a 7-byte cleartext prefix, `kind: u8 | seq:
+//! u48 LE`, where `seq` counts the datagrams one side sends in its direction
+//! (below [`SEQ_LIMIT`]) and doubles as the AEAD nonce, so a datagram can be
+//! opened whatever arrived before it. The body that follows is sealed and ends with a 16-byte
 //! tag. Data datagrams carry one chunk of a block ([`ChunkHeader`] then
 //! bytes); every other kind is a small [`Signal`].
 
 use crate::buf::{DecodeError, Reader, Writer};
 use crate::MAX_BLOCK_SIZE;
 
+// A block's length less one, and an offset in it, fit 24 bits.
+const _: () = assert!(MAX_BLOCK_SIZE <= 1 << 24);
+
 /// `kind | seq`, in clear and authenticated.
-pub const DATAGRAM_PREFIX: usize = 9;
-/// Chunk header without the block's details.
-pub const CHUNK_HEADER_LEN: usize = 24;
+pub const DATAGRAM_PREFIX: usize = 7;
+/// Sequence numbers are 48 bits on the wire: a side sends fewer datagrams
+/// than this in a session (about 390 PB of 1400-byte datagrams).
+pub const SEQ_LIMIT: u64 = 1 << 48;
+/// Chunk header without the block's details: `sent_us u32 | file u32 |
+/// index u32 | offset u24 | block_len - 1 u24` (protocol 21; 24 bytes
+/// before).
+pub const CHUNK_HEADER_LEN: usize = 18;
+/// Where a chunk header's `offset` lies in it: an integrity-only
+/// datagram's covered length depends on it.
+pub const CHUNK_OFFSET_AT: usize = 12;
 /// The first chunk of a block also carries the block's BLAKE3 hash, its
 /// codec and its length in the file ([`FirstChunk`]).
 pub const FIRST_CHUNK_HEADER_LEN: usize = CHUNK_HEADER_LEN + 32 + 1 + 4;
@@ -46,8 +57,9 @@ pub const SETUP_TRAIN_MAX: u16 = 64;
 
 /// Writes the cleartext prefix.
 pub fn encode_prefix(out: &mut [u8], kind: u8, seq: u64) {
+    debug_assert!(seq < SEQ_LIMIT, "the sender stops before SEQ_LIMIT");
     out[0] = kind;
-    out[1..DATAGRAM_PREFIX].copy_from_slice(&seq.to_le_bytes());
+    out[1..DATAGRAM_PREFIX].copy_from_slice(&seq.to_le_bytes()[..DATAGRAM_PREFIX - 1]);
 }
 
 /// Reads the cleartext prefix of a received datagram.
@@ -60,15 +72,28 @@ pub fn decode_prefix(b: &[u8]) -> Result<(u8, u64), DecodeError> {
             tag: kind,
         });
     }
-    Ok((kind, r.u64()?))
+    let mut seq = [0u8; 8];
+    seq[..DATAGRAM_PREFIX - 1].copy_from_slice(r.bytes(DATAGRAM_PREFIX - 1)?);
+    Ok((kind, u64::from_le_bytes(seq)))
+}
+
+/// The length of the chunk header at the start of `body` (a data
+/// datagram's body), from its offset alone: `None` if too short.
+pub fn chunk_header_len(body: &[u8]) -> Option<usize> {
+    let off = body.get(CHUNK_OFFSET_AT..CHUNK_OFFSET_AT + 3)?;
+    Some(match off == [0, 0, 0] {
+        true => FIRST_CHUNK_HEADER_LEN,
+        false => CHUNK_HEADER_LEN,
+    })
 }
 
 /// Where a chunk's bytes belong: block `index` of `file`, at `offset` within
 /// the block of `block_len` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkHeader {
-    /// Sender's clock in microseconds, for one-way delay differences.
-    pub sent_us: u64,
+    /// Sender's clock in microseconds, modulo 2^32 (it wraps every 71
+    /// minutes), for one-way delay differences.
+    pub sent_us: u32,
     pub file: u32,
     pub index: u32,
     pub offset: u32,
@@ -100,15 +125,19 @@ impl ChunkHeader {
 
     /// Writes the header at the start of `out`; returns its length.
     pub fn encode_into(&self, out: &mut [u8]) -> usize {
-        out[..8].copy_from_slice(&self.sent_us.to_le_bytes());
-        out[8..12].copy_from_slice(&self.file.to_le_bytes());
-        out[12..16].copy_from_slice(&self.index.to_le_bytes());
-        out[16..20].copy_from_slice(&self.offset.to_le_bytes());
-        out[20..24].copy_from_slice(&self.block_len.to_le_bytes());
+        // offset < block_len <= MAX_BLOCK_SIZE = 2^24: both fit 24 bits,
+        // the length less one.
+        debug_assert!(self.offset < self.block_len && self.block_len <= MAX_BLOCK_SIZE);
+        out[..4].copy_from_slice(&self.sent_us.to_le_bytes());
+        out[4..8].copy_from_slice(&self.file.to_le_bytes());
+        out[8..12].copy_from_slice(&self.index.to_le_bytes());
+        out[12..15].copy_from_slice(&self.offset.to_le_bytes()[..3]);
+        out[15..18].copy_from_slice(&(self.block_len - 1).to_le_bytes()[..3]);
+        let h = CHUNK_HEADER_LEN;
         if let Some(f) = &self.first {
-            out[24..56].copy_from_slice(&f.hash);
-            out[56] = f.codec;
-            out[57..61].copy_from_slice(&f.len.to_le_bytes());
+            out[h..h + 32].copy_from_slice(&f.hash);
+            out[h + 32] = f.codec;
+            out[h + 33..h + 37].copy_from_slice(&f.len.to_le_bytes());
         }
         self.encoded_len()
     }
@@ -117,11 +146,11 @@ impl ChunkHeader {
     /// follow it and must fit inside the block.
     pub fn decode(b: &[u8]) -> Result<(ChunkHeader, usize), DecodeError> {
         let mut r = Reader::new(b);
-        let sent_us = r.u64()?;
+        let sent_us = r.u32()?;
         let file = r.u32()?;
         let index = r.u32()?;
-        let offset = r.u32()?;
-        let block_len = r.u32()?;
+        let offset = u24(&mut r)?;
+        let block_len = u24(&mut r)? + 1;
         if block_len == 0 || block_len > MAX_BLOCK_SIZE || offset >= block_len {
             return Err(DecodeError::Invalid("chunk outside its block"));
         }
@@ -151,6 +180,11 @@ impl ChunkHeader {
         }
         Ok((h, len))
     }
+}
+
+fn u24(r: &mut Reader) -> Result<u32, DecodeError> {
+    let b = r.bytes(3)?;
+    Ok(u32::from_le_bytes([b[0], b[1], b[2], 0]))
 }
 
 /// Missing bytes of a block that stopped making progress.
@@ -497,7 +531,7 @@ mod tests {
         }
 
         #[test]
-        fn chunk_roundtrip(sent_us: u64, file: u32, index: u32, block_len in 1u32..=MAX_BLOCK_SIZE, off: u32, hash: [u8; 32], data in 1usize..2000) {
+        fn chunk_roundtrip(sent_us: u32, file: u32, index: u32, block_len in 1u32..=MAX_BLOCK_SIZE, off: u32, hash: [u8; 32], data in 1usize..2000) {
             let offset = off % block_len;
             let data = data.min((block_len - offset) as usize);
             let first = (offset == 0).then_some(FirstChunk { hash, codec: crate::CODEC_NONE, len: block_len });
@@ -506,6 +540,14 @@ mod tests {
             let n = h.encode_into(&mut b);
             b.truncate(n + data);
             prop_assert_eq!(ChunkHeader::decode(&b).unwrap(), (h, n));
+            prop_assert_eq!(chunk_header_len(&b), Some(n));
+        }
+
+        #[test]
+        fn prefix_roundtrip(kind in KIND_DATA..=KIND_TRAIN_RATE, seq in 0..SEQ_LIMIT) {
+            let mut b = [0u8; DATAGRAM_PREFIX];
+            encode_prefix(&mut b, kind, seq);
+            prop_assert_eq!(decode_prefix(&b).unwrap(), (kind, seq));
         }
 
         #[test]

@@ -13,8 +13,8 @@ use std::time::Duration;
 use secure::{DatagramKey, Direction, Protection, SessionKeys};
 use udp::UdpChannel;
 use wire::datagram::{
-    decode_prefix, encode_prefix, ChunkHeader, Signal, CHUNK_HEADER_LEN, DATAGRAM_PREFIX,
-    FIRST_CHUNK_HEADER_LEN, KIND_DATA,
+    decode_prefix, encode_prefix, ChunkHeader, Signal, DATAGRAM_PREFIX, FIRST_CHUNK_HEADER_LEN,
+    KIND_DATA,
 };
 use wire::TAG_LEN;
 
@@ -123,14 +123,7 @@ pub fn open<'a>(key: &DatagramKey, d: &'a mut [u8]) -> Option<Opened<'a>> {
     let covered = if kind == KIND_DATA && !key.protection().encrypts() {
         // In integrity-only mode the header is in clear and covered; its
         // length depends on the offset, which the tag then vouches for.
-        let off = d.get(DATAGRAM_PREFIX + 16..DATAGRAM_PREFIX + 20)?;
-        let first = u32::from_le_bytes(off.try_into().ok()?) == 0;
-        DATAGRAM_PREFIX
-            + if first {
-                FIRST_CHUNK_HEADER_LEN
-            } else {
-                CHUNK_HEADER_LEN
-            }
+        DATAGRAM_PREFIX + wire::datagram::chunk_header_len(&d[DATAGRAM_PREFIX..body_end])?
     } else {
         body_end
     };

@@ -324,7 +324,10 @@ impl DatagramReceiver {
         data: &[u8],
         wanted: impl FnOnce(u32, u32) -> Wanted,
     ) -> Result<Option<Completed>, DatagramError> {
-        let owd = (now_us as i64).wrapping_sub(h.sent_us as i64);
+        // Both clocks start with the session, within seconds of each
+        // other: their difference, taken modulo 2^32 as the sender's clock
+        // is sent, is exact as a signed 32-bit count (P-24).
+        let owd = i64::from((now_us as u32).wrapping_sub(h.sent_us) as i32);
         self.interval.min_owd = Some(self.interval.min_owd.map_or(owd, |m| m.min(owd)));
         self.stats.bytes += data.len() as u64;
         let key = (h.file, h.index);
@@ -554,6 +557,24 @@ mod tests {
                 len: block_len,
             }),
         }
+    }
+
+    #[test]
+    fn one_way_delays_hold_across_the_senders_clock_wrapping() {
+        let t = Duration::from_millis;
+        let mut r = DatagramReceiver::new(t(100), t(0));
+        // The sender's clock (sent modulo 2^32) 3 ms before and 2 ms after
+        // it wraps, 71.6 minutes in; the receiver's started 4 ms later, and
+        // the path takes 5 ms, then 4.5.
+        let sends = [((1u64 << 32) - 3_000, 5_000), ((1u64 << 32) + 2_000, 4_500)];
+        for (i, (sent, path)) in sends.into_iter().enumerate() {
+            let mut h = header(0, 100);
+            h.index = i as u32;
+            h.sent_us = sent as u32;
+            r.on_chunk(t(0), sent - 4_000 + path, &h, &[0; 100], yes)
+                .unwrap();
+        }
+        assert_eq!(r.poll_reports(t(20)).remove(0).min_owd_us, 500);
     }
 
     #[test]

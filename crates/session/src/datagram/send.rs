@@ -240,6 +240,13 @@ impl DatagramSender {
         seq
     }
 
+    /// The session is near the most datagrams a side may send (48-bit
+    /// sequence numbers, P-24), with room left for a batch and its
+    /// signals: the driver ends it, and a resume goes on from there.
+    pub fn seqs_spent(&self) -> bool {
+        self.next_seq >= wire::datagram::SEQ_LIMIT - (1 << 16)
+    }
+
     /// A sequence number for a datagram that carries no chunk (a signal).
     pub fn signal_seq(&mut self, now: Duration) -> u64 {
         self.last_sent = now;

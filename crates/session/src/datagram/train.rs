@@ -7,7 +7,7 @@
 
 /// Datagrams sent within this many microseconds of a train's first belong
 /// to it.
-pub const TRAIN_SENT_WITHIN: u64 = 30;
+pub const TRAIN_SENT_WITHIN: u32 = 30;
 /// A train shorter than this (datagrams) or arriving over less than
 /// [`TRAIN_MIN_SPAN_US`] says nothing: the arrival clock's grain and a
 /// receiver taking several datagrams at once would dominate it.
@@ -20,7 +20,7 @@ pub const TRAIN_SAMPLES_MAX: usize = 256;
 /// Groups arriving datagrams into trains and keeps each train's rate.
 #[derive(Debug, Default)]
 pub struct TrainMeter {
-    first_sent: u64,
+    first_sent: u32,
     first_at: u64,
     last_at: u64,
     /// Bytes after the train's first datagram, and datagrams in it.
@@ -30,12 +30,12 @@ pub struct TrainMeter {
 }
 
 impl TrainMeter {
-    /// A datagram of `len` bytes sent at `sent_us` (sender clock) arrived
-    /// at `at_us` (receiver clock).
-    pub fn on_datagram(&mut self, sent_us: u64, at_us: u64, len: usize) {
-        let same = self.len > 0
-            && sent_us.abs_diff(self.first_sent) <= TRAIN_SENT_WITHIN
-            && at_us >= self.last_at;
+    /// A datagram of `len` bytes sent at `sent_us` (sender clock, modulo
+    /// 2^32) arrived at `at_us` (receiver clock).
+    pub fn on_datagram(&mut self, sent_us: u32, at_us: u64, len: usize) {
+        let apart = sent_us.wrapping_sub(self.first_sent) as i32;
+        let same =
+            self.len > 0 && apart.unsigned_abs() <= TRAIN_SENT_WITHIN && at_us >= self.last_at;
         if same {
             self.bytes += len as u64;
             self.len += 1;
@@ -82,11 +82,21 @@ mod tests {
         // arriving 14 µs apart (100 MB/s).
         for t in 0..10u64 {
             for i in 0..8u64 {
-                m.on_datagram(t * 1000 + i, 75_000 + t * 1000 + i * 14, 1400);
+                m.on_datagram((t * 1000 + i) as u32, 75_000 + t * 1000 + i * 14, 1400);
             }
         }
         assert_eq!(m.take(), 100_000_000);
         assert_eq!(m.take(), 0);
+        // The same across the sender's clock wrapping (every 71 minutes).
+        for i in 0..8u32 {
+            m.on_datagram(
+                (u32::MAX - 3).wrapping_add(i),
+                75_000 + u64::from(i) * 14,
+                1400,
+            );
+        }
+        m.on_datagram(1000, 80_000, 1400);
+        assert_eq!(m.take(), 100_000_000);
     }
 
     #[test]
@@ -94,12 +104,12 @@ mod tests {
         let mut m = TrainMeter::default();
         // One datagram at a time, 100 µs apart.
         for i in 0..100u64 {
-            m.on_datagram(i * 100, 50 + i * 100, 1400);
+            m.on_datagram((i * 100) as u32, 50 + i * 100, 1400);
         }
         // Trains arriving all at once (a receiver that took them together).
         for t in 0..10u64 {
             for _ in 0..8 {
-                m.on_datagram(20_000 + t * 1000, 30_000 + t * 1000, 1400);
+                m.on_datagram((20_000 + t * 1000) as u32, 30_000 + t * 1000, 1400);
             }
         }
         assert_eq!(m.take(), 0);
@@ -110,7 +120,7 @@ mod tests {
         let mut m = TrainMeter::default();
         for t in 0..10_000u64 {
             for i in 0..4u64 {
-                m.on_datagram(t * 1000, t * 1000 + i * 10, 1000);
+                m.on_datagram((t * 1000) as u32, t * 1000 + i * 10, 1000);
             }
         }
         assert!(m.samples.len() <= TRAIN_SAMPLES_MAX);

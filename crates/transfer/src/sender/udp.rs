@@ -177,6 +177,12 @@ fn pump(
                 ),
             ));
         }
+        if tx.seqs_spent() {
+            return Err(TransferError::new(
+                ErrorCode::Limit,
+                "this session sent the most datagrams one may (2^48); what was verified is kept: run the same command again to resume",
+            ));
+        }
         // Pacing: credit accrues at the controller's rate. A GSO batch
         // leaves at once, so it carries at most a millisecond's worth: 64
         // datagrams at 100 Mbit/s queued 7.5 ms at the bottleneck, most
@@ -203,7 +209,8 @@ fn pump(
                     break;
                 };
                 let mut h = c.header;
-                h.sent_us = start.elapsed().as_micros() as u64;
+                // Modulo 2^32: only differences count (P-24).
+                h.sent_us = start.elapsed().as_micros() as u64 as u32;
                 let len = seal_chunk(
                     &link.send_key,
                     c.seq,
