@@ -483,6 +483,79 @@ fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
     assert_eq!(n["state"], "succeeded");
 }
 
+/// The daemon holding a job stopped after B verified the push but before
+/// it journaled so (its journal cut back to the attempt's start, as a
+/// kill in that window leaves it): started again, it retries, B answers
+/// that the grant was spent by a verified push (P-45 G-5), and the job
+/// ends succeeded, not refused for an unknown key.
+#[test]
+fn a_push_verified_before_its_daemon_heard_so_ends_the_job_succeeded() {
+    let t = Two::new();
+    tree(&t.a.root.join("data"), 3, 200_000);
+    fs::create_dir_all(t.b.root.join("in")).unwrap();
+    let listen_a = format!("127.0.0.1:{}", free_port());
+    let serve_a = || t.a.serve_with(&["--listen", &listen_a]);
+    let mut sa = serve_a();
+    let sb = t.b.serve();
+    let (from, to) = (format!("{listen_a}:data/"), t.b.remote(&sb, "in/"));
+    let out = t.haul(&["cp", "-rp", "--detach", "--json", &from, &to]);
+    ok(&out);
+    let id = json(&out)["job"].as_str().unwrap().to_string();
+    let show = || json(&t.haul(&["jobs", "show", &id, "--json"]));
+    assert!(wait_until(Duration::from_secs(60), || show()["state"] == "succeeded"));
+    sa.kill();
+    let events = find_file(&t.a.server_home, "events.jsonl").expect("the job's journal");
+    let kept: Vec<String> = fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .scan(false, |past, l| {
+            let keep = !*past;
+            *past |= l.contains("\"event\":\"started\"");
+            Some(keep.then(|| format!("{l}\n")))
+        })
+        .flatten()
+        .collect();
+    fs::write(&events, kept.concat()).unwrap();
+    let _sa = serve_a();
+    assert!(
+        wait_until(Duration::from_secs(60), || show()["state"] == "succeeded"),
+        "{}\nthe destination's daemon said:\n{}",
+        show(),
+        sb.log.lock().unwrap()
+    );
+    let v = show();
+    let faults: Vec<&str> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "fault")
+        .filter_map(|e| e["error"].as_str())
+        .collect();
+    assert!(
+        faults.len() == 1 && faults[0].contains("daemon stopped"),
+        "{v}"
+    );
+    assert_eq!(v["attempts"], 2, "{v}");
+    assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
+    assert!(sb.log.lock().unwrap().contains("used up"));
+}
+
+/// The first file named `name` beneath `dir`.
+fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    for e in fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.file_name().is_some_and(|n| n == name) {
+            return Some(p);
+        }
+        if p.is_dir() {
+            if let Some(f) = find_file(&p, name) {
+                return Some(f);
+            }
+        }
+    }
+    None
+}
+
 /// Either end, or both, reached over ssh (a side started there for the
 /// command, as scp's): the data still go from A to B directly.
 #[test]
