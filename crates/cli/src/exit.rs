@@ -28,6 +28,7 @@ Exit codes:
   17  object store: no such bucket
   18  object store: still throttled (SlowDown) after retries with backoff
   19  the shards of one transfer disagree about its plan: the sources changed between them
+  20  a one-time grant was used up by a push that ended verified (a job then ends succeeded)
   23  partial transfer: some listed sources were missing (--files-from, as rsync's 23); the rest is verified and in place";
 
 pub fn code(c: ErrorCode) -> i32 {
