@@ -35,11 +35,7 @@ impl Host for super::Server {
     ) -> Result<(u64, u64), TransferError> {
         let req = access.allow(pull_request(sources, options))?;
         let (entries, _, bytes) = self.job_sources(access, &req)?;
-        let files = entries
-            .iter()
-            .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
-            .count() as u64;
-        Ok((files, bytes))
+        Ok((file_count(&entries), bytes))
     }
 
     fn notify(&self) -> jobs::spec::Notify {
@@ -138,10 +134,7 @@ fn run(server: &super::Server, rec: &Record, slot: &Attempt) -> Result<Outcome, 
     opts.may_push_to(&d.host, d.port, &d.addrs)?;
     let req = opts.allow(pull_request(&rec.spec.sources, &rec.spec.options))?;
     let (entries, sources, bytes) = server.job_sources(&opts, &req)?;
-    let files = entries
-        .iter()
-        .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
-        .count() as u64;
+    let files = file_count(&entries);
     let cfg = client_config(server, rec, (req.rate, slot.relay.clone()))?;
     let pushed = Connected::connect(cfg).and_then(|connected| {
         slot.connected(connected.progress())?;
@@ -178,6 +171,13 @@ fn run(server: &super::Server, rec: &Record, slot: &Attempt) -> Result<Outcome, 
         secs,
         rate_bps: (report.summary.file_bytes as f64 * 8.0 / secs) as u64,
     })
+}
+
+fn file_count(entries: &[wire::Entry]) -> u64 {
+    entries
+        .iter()
+        .filter(|e| matches!(e.kind, wire::EntryKind::File { .. }))
+        .count() as u64
 }
 
 /// The job's sources as the submitting key's pull would name them: its
