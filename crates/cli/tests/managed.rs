@@ -464,16 +464,10 @@ fn the_daemon_holding_a_job_restarts_and_notifies_by_command() {
     );
     assert_same_contents(&t.a.root.join("data"), &t.b.root.join("in"));
     let v = show();
-    let faults: Vec<&serde_json::Value> = v["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["event"] == "fault")
-        .collect();
     assert!(
-        faults
+        fault_errors(&v)
             .iter()
-            .any(|e| e["error"].as_str().unwrap_or("").contains("daemon stopped")),
+            .any(|e| e.contains("daemon stopped")),
         "{v}"
     );
     assert!(wait_until(Duration::from_secs(20), || fs::read(&told)
@@ -504,7 +498,10 @@ fn a_push_verified_before_its_daemon_heard_so_ends_the_job_succeeded() {
     let show = || json(&t.haul(&["jobs", "show", &id, "--json"]));
     assert!(wait_until(Duration::from_secs(60), || show()["state"] == "succeeded"));
     sa.kill();
-    let events = find_file(&t.a.server_home, "events.jsonl").expect("the job's journal");
+    // The daemon's journal (P-45 J-6) in its default state directory.
+    let events =
+        t.a.server_home
+            .join(format!("state/jobs/{id}/events.jsonl"));
     let kept: Vec<String> = fs::read_to_string(&events)
         .unwrap()
         .lines()
@@ -524,13 +521,7 @@ fn a_push_verified_before_its_daemon_heard_so_ends_the_job_succeeded() {
         sb.log.lock().unwrap()
     );
     let v = show();
-    let faults: Vec<&str> = v["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["event"] == "fault")
-        .filter_map(|e| e["error"].as_str())
-        .collect();
+    let faults = fault_errors(&v);
     assert!(
         faults.len() == 1 && faults[0].contains("daemon stopped"),
         "{v}"
@@ -540,20 +531,15 @@ fn a_push_verified_before_its_daemon_heard_so_ends_the_job_succeeded() {
     assert!(sb.log.lock().unwrap().contains("used up"));
 }
 
-/// The first file named `name` beneath `dir`.
-fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
-    for e in fs::read_dir(dir).ok()?.flatten() {
-        let p = e.path();
-        if p.file_name().is_some_and(|n| n == name) {
-            return Some(p);
-        }
-        if p.is_dir() {
-            if let Some(f) = find_file(&p, name) {
-                return Some(f);
-            }
-        }
-    }
-    None
+/// The errors of a job's faults, in order, from its `jobs show --json`.
+fn fault_errors(v: &serde_json::Value) -> Vec<&str> {
+    v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "fault")
+        .filter_map(|e| e["error"].as_str())
+        .collect()
 }
 
 /// Either end, or both, reached over ssh (a side started there for the
