@@ -50,6 +50,21 @@ pub const KIND_PING: u8 = 7;
 pub const KIND_STATS: u8 = 8;
 pub const KIND_TRAIN: u8 = 9;
 pub const KIND_TRAIN_RATE: u8 = 10;
+/// A data datagram covered by erasure coding (P-47): a chunk, as
+/// [`KIND_DATA`], that the receiver keeps until its group is settled.
+pub const KIND_DATA_FEC: u8 = 11;
+/// A parity datagram of erasure coding (P-47): [`ParityHeader`] then one
+/// recovery shard of its group.
+pub const KIND_PARITY: u8 = 12;
+/// The highest datagram kind.
+pub const KIND_LAST: u8 = KIND_PARITY;
+
+/// Most data datagrams one erasure-coded group covers (12 bits on the wire).
+pub const FEC_MAX_GROUP: u16 = 4096;
+/// Most parity datagrams one group has (6 bits on the wire).
+pub const FEC_MAX_PARITY: u8 = 64;
+/// `group − 1 u12 | parity − 1 u6 | index u6`, little-endian in 3 bytes.
+pub const PARITY_HEADER_LEN: usize = 3;
 
 /// Most datagrams in one set-up packet train (P-23): a peer's `count` or
 /// `index` at or above it is refused by the decoder.
@@ -66,7 +81,7 @@ pub fn encode_prefix(out: &mut [u8], kind: u8, seq: u64) {
 pub fn decode_prefix(b: &[u8]) -> Result<(u8, u64), DecodeError> {
     let mut r = Reader::new(b);
     let kind = r.u8()?;
-    if !(KIND_DATA..=KIND_TRAIN_RATE).contains(&kind) {
+    if !(KIND_DATA..=KIND_LAST).contains(&kind) {
         return Err(DecodeError::UnknownTag {
             what: "datagram kind",
             tag: kind,
@@ -85,6 +100,65 @@ pub fn chunk_header_len(body: &[u8]) -> Option<usize> {
         true => FIRST_CHUNK_HEADER_LEN,
         false => CHUNK_HEADER_LEN,
     })
+}
+
+/// The shard length of erasure coding for datagrams of `payload` bytes
+/// (P-47): what a parity datagram (prefix, parity header, tag) leaves of
+/// the payload, rounded down to even. It holds a covered datagram's body
+/// less `sent_us`, which is at most `payload − 27` bytes.
+pub fn fec_shard_len(payload: usize) -> usize {
+    payload.saturating_sub(DATAGRAM_PREFIX + PARITY_HEADER_LEN + crate::TAG_LEN) & !1
+}
+
+/// Which group a parity datagram belongs to, and its place in it (P-47).
+/// The group is the `group` sequence numbers right before the group's
+/// first parity datagram, which is this one's less `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParityHeader {
+    /// Data datagrams covered, `1..=FEC_MAX_GROUP`.
+    pub group: u16,
+    /// Parity datagrams of the group, `1..=FEC_MAX_PARITY`.
+    pub parity: u8,
+    /// This one's index among them, below `parity`.
+    pub index: u8,
+}
+
+impl ParityHeader {
+    pub fn encode(&self) -> [u8; PARITY_HEADER_LEN] {
+        debug_assert!((1..=FEC_MAX_GROUP).contains(&self.group));
+        debug_assert!((1..=FEC_MAX_PARITY).contains(&self.parity) && self.index < self.parity);
+        let v =
+            (self.group as u32 - 1) | (self.parity as u32 - 1) << 12 | (self.index as u32) << 18;
+        let b = v.to_le_bytes();
+        [b[0], b[1], b[2]]
+    }
+
+    pub fn decode(b: &[u8]) -> Result<ParityHeader, DecodeError> {
+        let b = b
+            .get(..PARITY_HEADER_LEN)
+            .ok_or_else(|| DecodeError::Truncated {
+                needed: PARITY_HEADER_LEN - b.len(),
+            })?;
+        let v = u32::from_le_bytes([b[0], b[1], b[2], 0]);
+        let h = ParityHeader {
+            group: (v & 0xfff) as u16 + 1,
+            parity: ((v >> 12) & 0x3f) as u8 + 1,
+            index: (v >> 18) as u8,
+        };
+        if h.index >= h.parity {
+            return Err(DecodeError::Invalid(
+                "parity index past its group's parity count",
+            ));
+        }
+        Ok(h)
+    }
+
+    /// The first sequence number of the group, from this datagram's own;
+    /// `None` where it would fall below the transfer's numbers.
+    pub fn group_start(&self, seq: u64) -> Option<u64> {
+        seq.checked_sub(self.index as u64 + self.group as u64)
+            .filter(|&s| s >= DATA_SEQ_START)
+    }
 }
 
 /// Where a chunk's bytes belong: block `index` of `file`, at `offset` within
@@ -525,7 +599,7 @@ mod tests {
         }
 
         #[test]
-        fn signal_decode_never_panics(kind in 0u8..12, b in proptest::collection::vec(any::<u8>(), 0..300)) {
+        fn signal_decode_never_panics(kind in 0u8..14, b in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = Signal::decode(kind, &b);
             let _ = decode_prefix(&b);
         }
@@ -544,7 +618,23 @@ mod tests {
         }
 
         #[test]
-        fn prefix_roundtrip(kind in KIND_DATA..=KIND_TRAIN_RATE, seq in 0..SEQ_LIMIT) {
+        fn parity_header_roundtrip(group in 1..=FEC_MAX_GROUP, parity in 1..=FEC_MAX_PARITY, i: u8) {
+            let h = ParityHeader { group, parity, index: i % parity };
+            prop_assert_eq!(ParityHeader::decode(&h.encode()).unwrap(), h);
+        }
+
+        #[test]
+        fn parity_header_decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..6), seq: u64) {
+            if let Ok(h) = ParityHeader::decode(&b) {
+                prop_assert!(h.index < h.parity && h.parity <= FEC_MAX_PARITY && h.group <= FEC_MAX_GROUP);
+                if let Some(s) = h.group_start(seq) {
+                    prop_assert!(s >= DATA_SEQ_START && s + h.group as u64 + h.index as u64 == seq);
+                }
+            }
+        }
+
+        #[test]
+        fn prefix_roundtrip(kind in KIND_DATA..=KIND_LAST, seq in 0..SEQ_LIMIT) {
             let mut b = [0u8; DATAGRAM_PREFIX];
             encode_prefix(&mut b, kind, seq);
             prop_assert_eq!(decode_prefix(&b).unwrap(), (kind, seq));

@@ -10,10 +10,14 @@
 //!   assembly from chunks in any order, periodic reports, and requests for
 //!   blocks that stopped making progress.
 //!
+//! - [`fec`]: erasure coding over the tail's datagrams (P-47), so a loss
+//!   in the last round trip costs no further one.
+//!
 //! Blocks complete here only as bytes; the block hash is checked by the
 //! [`crate::ReceiverSession`] exactly as for blocks that came over TCP.
 
 mod chunking;
+pub mod fec;
 mod receive;
 mod reporting;
 mod send;

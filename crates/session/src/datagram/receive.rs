@@ -329,6 +329,19 @@ impl DatagramReceiver {
         // is sent, is exact as a signed 32-bit count (P-24).
         let owd = i64::from((now_us as u32).wrapping_sub(h.sent_us) as i32);
         self.interval.min_owd = Some(self.interval.min_owd.map_or(owd, |m| m.min(owd)));
+        self.on_rebuilt_chunk(now, h, data, wanted)
+    }
+
+    /// A chunk that erasure coding rebuilt (P-47), after
+    /// [`DatagramReceiver::on_seq`]: as [`DatagramReceiver::on_chunk`],
+    /// but it says nothing of the path's delay.
+    pub fn on_rebuilt_chunk(
+        &mut self,
+        now: Duration,
+        h: &ChunkHeader,
+        data: &[u8],
+        wanted: impl FnOnce(u32, u32) -> Wanted,
+    ) -> Result<Option<Completed>, DatagramError> {
         self.stats.bytes += data.len() as u64;
         let key = (h.file, h.index);
         if self.completed.contains(&key) {
