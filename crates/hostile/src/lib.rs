@@ -428,7 +428,7 @@ impl Client {
             .as_ref()
             .ok_or_else(|| io::Error::other("no UDP channel"))?;
         let mut out = Vec::with_capacity(u.payload);
-        let n = datagram::seal_chunk(&u.send_key, seq, h, data, &mut out);
+        let n = datagram::seal_chunk(&u.send_key, seq, h, data, false, &mut out);
         u.channel.send(&out, n, Duration::from_millis(500))
     }
 

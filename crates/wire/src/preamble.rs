@@ -24,7 +24,7 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// `Accept`, opened once the client is authenticated (P-23, P-43);
 /// version 16 filter rules, sizes and ages in the request, `--ignore-existing`
 /// and the receiver's `Changes` (P-44).
-pub const PROTOCOL_VERSION: u16 = 21;
+pub const PROTOCOL_VERSION: u16 = 22;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use secure::{DatagramKey, Direction, Protection, SessionKeys};
 use udp::UdpChannel;
 use wire::datagram::{
-    decode_prefix, encode_prefix, ChunkHeader, Signal, DATAGRAM_PREFIX, FIRST_CHUNK_HEADER_LEN,
-    KIND_DATA,
+    decode_prefix, encode_prefix, ChunkHeader, ParityHeader, Signal, DATAGRAM_PREFIX,
+    FIRST_CHUNK_HEADER_LEN, KIND_DATA, KIND_DATA_FEC, KIND_PARITY, PARITY_HEADER_LEN,
 };
 use wire::TAG_LEN;
 
@@ -77,18 +77,34 @@ pub fn seal_signal(key: &DatagramKey, seq: u64, sig: &Signal) -> Vec<u8> {
     b
 }
 
+/// A sealed parity datagram (P-47): its header, then one recovery shard.
+pub fn seal_parity(key: &DatagramKey, seq: u64, header: &ParityHeader, shard: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(DATAGRAM_PREFIX + PARITY_HEADER_LEN + shard.len() + TAG_LEN);
+    b.resize(DATAGRAM_PREFIX, 0);
+    encode_prefix(&mut b, KIND_PARITY, seq);
+    b.extend_from_slice(&header.encode());
+    b.extend_from_slice(shard);
+    let n = b.len();
+    let tag = key.seal(seq, &mut b, DATAGRAM_PREFIX, n);
+    b.extend_from_slice(&tag);
+    b
+}
+
 /// Writes a sealed data datagram for `header` and `data` at the end of
-/// `out`; returns its length.
+/// `out`; returns its length. `covered`: the kind erasure coding covers
+/// (P-47), which the receiver keeps until its group is settled.
 pub fn seal_chunk(
     key: &DatagramKey,
     seq: u64,
     header: &ChunkHeader,
     data: &[u8],
+    covered: bool,
     out: &mut Vec<u8>,
 ) -> usize {
     let start = out.len();
     out.resize(start + DATAGRAM_PREFIX + FIRST_CHUNK_HEADER_LEN, 0);
-    encode_prefix(&mut out[start..], KIND_DATA, seq);
+    let kind = if covered { KIND_DATA_FEC } else { KIND_DATA };
+    encode_prefix(&mut out[start..], kind, seq);
     let n = header.encode_into(&mut out[start + DATAGRAM_PREFIX..]);
     out.truncate(start + DATAGRAM_PREFIX + n);
     out.extend_from_slice(data);
@@ -104,6 +120,15 @@ pub enum Opened<'a> {
         seq: u64,
         header: ChunkHeader,
         data: &'a [u8],
+        /// For a datagram erasure coding covers (P-47): its body less
+        /// `sent_us`, what its group's shards were made of.
+        covered: Option<&'a [u8]>,
+    },
+    /// A parity datagram of erasure coding (P-47).
+    Parity {
+        seq: u64,
+        header: ParityHeader,
+        shard: &'a [u8],
     },
     Signal {
         seq: u64,
@@ -120,7 +145,8 @@ pub fn open<'a>(key: &DatagramKey, d: &'a mut [u8]) -> Option<Opened<'a>> {
         return None;
     }
     let tag: [u8; TAG_LEN] = d[body_end..].try_into().ok()?;
-    let covered = if kind == KIND_DATA && !key.protection().encrypts() {
+    let chunk = kind == KIND_DATA || kind == KIND_DATA_FEC;
+    let covered = if chunk && !key.protection().encrypts() {
         // In integrity-only mode the header is in clear and covered; its
         // length depends on the offset, which the tag then vouches for.
         DATAGRAM_PREFIX + wire::datagram::chunk_header_len(&d[DATAGRAM_PREFIX..body_end])?
@@ -130,12 +156,20 @@ pub fn open<'a>(key: &DatagramKey, d: &'a mut [u8]) -> Option<Opened<'a>> {
     let (body, _) = d.split_at_mut(body_end);
     key.open(seq, body, DATAGRAM_PREFIX, covered, &tag).ok()?;
     let body: &'a [u8] = &d[DATAGRAM_PREFIX..body_end];
-    if kind == KIND_DATA {
+    if chunk {
         let (header, n) = ChunkHeader::decode(body).ok()?;
         return Some(Opened::Chunk {
             seq,
             header,
             data: &body[n..],
+            covered: (kind == KIND_DATA_FEC).then(|| &body[4..]),
+        });
+    }
+    if kind == KIND_PARITY {
+        return Some(Opened::Parity {
+            seq,
+            header: ParityHeader::decode(body).ok()?,
+            shard: &body[PARITY_HEADER_LEN..],
         });
     }
     Some(Opened::Signal {
@@ -182,13 +216,21 @@ mod tests {
                     }),
                 };
                 let mut out = Vec::new();
-                seal_chunk(&k, 77, &h, &[4; 50], &mut out);
+                seal_chunk(&k, 77, &h, &[4; 50], offset > 0, &mut out);
                 let mut bad = out.clone();
                 let i = bad.len() - TAG_LEN - 1;
                 bad[i] ^= 1;
                 match open(&k, &mut out) {
-                    Some(Opened::Chunk { seq, header, data }) => {
-                        assert_eq!((seq, header, data), (77, h, &[4u8; 50][..]))
+                    Some(Opened::Chunk {
+                        seq,
+                        header,
+                        data,
+                        covered,
+                    }) => {
+                        assert_eq!((seq, header, data), (77, h, &[4u8; 50][..]));
+                        // A covered chunk gives its body less `sent_us`.
+                        let n = h.encoded_len() - 4 + 50;
+                        assert_eq!(covered.map(|c| c.len()), (offset > 0).then_some(n));
                     }
                     _ => panic!("{p:?} chunk did not open"),
                 }
@@ -204,6 +246,16 @@ mod tests {
                     seq: 9,
                     signal: Signal::Probe(1400)
                 })
+            ));
+            let ph = ParityHeader {
+                group: 100,
+                parity: 3,
+                index: 2,
+            };
+            let mut par = seal_parity(&k, 10, &ph, &[6; 40]);
+            assert!(matches!(
+                open(&k, &mut par),
+                Some(Opened::Parity { seq: 10, header, shard }) if header == ph && shard == [6; 40]
             ));
             let mut s = seal_signal(&k, 9, &Signal::Ping);
             s[0] = wire::datagram::KIND_STATS;

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use session::datagram::fec::{rebuilt_chunk, FecDecoder};
 use session::datagram::{Completed, DatagramReceiver};
 use session::BlockVerdict;
 use udp::RecvBatch;
@@ -97,6 +98,10 @@ fn receive(
     let (mut first_heard, mut bytes_heard) = (None::<Instant>, 0u64);
     Progress::set(&p.udp_payload, link.payload as u64);
     let mut backlog = std::mem::take(&mut link.backlog);
+    // Erasure coding (P-47) only where every byte of a shard is
+    // authenticated: integrity-only datagrams leave their chunk bytes open.
+    let fec_on = link.recv_key.protection().encrypts();
+    let mut fec = FecDecoder::new(link.payload);
     while !sh.stopped() && !sh.is_done() {
         let wait = next_report.saturating_sub(start.elapsed());
         let n = if backlog.is_empty() {
@@ -114,6 +119,8 @@ fn receive(
             let mut heard = false;
             // A datagram no honest sender sends (S-6, S-7) ends the session.
             let mut refused = None;
+            // What erasure coding rebuilt in this batch: `(seq, shard)`.
+            let mut rebuilt: Vec<(u64, Vec<u8>)> = Vec::new();
             let mut handle = |stamp: Option<Duration>, d: &mut [u8]| {
                 let len = d.len();
                 wire += (len + link.channel.header_overhead()) as u64;
@@ -121,8 +128,16 @@ fn receive(
                     return;
                 }
                 match open(&link.recv_key, d) {
-                    Some(Opened::Chunk { seq, header, data }) => {
+                    Some(Opened::Chunk {
+                        seq,
+                        header,
+                        data,
+                        covered,
+                    }) => {
                         heard = true;
+                        if let Some(c) = covered.filter(|_| fec_on) {
+                            rebuilt.extend(fec.on_covered(seq, c));
+                        }
                         p.timeline.mark(Mark::FirstData);
                         let wanted = |f, i| sh.lock().wanted(f, i);
                         let at = arrival_us(stamp);
@@ -138,6 +153,16 @@ fn receive(
                             Ok(Some(c)) => completed.push(c),
                             Ok(None) => {}
                             Err(e) => refused = Some(e),
+                        }
+                    }
+                    Some(Opened::Parity { seq, header, shard }) => {
+                        heard = true;
+                        if let Err(e) = r.on_seq(now, seq, len) {
+                            refused = Some(e);
+                            return;
+                        }
+                        if fec_on {
+                            rebuilt.extend(fec.on_parity(seq, &header, shard));
                         }
                     }
                     Some(Opened::Signal { seq, signal }) => {
@@ -167,6 +192,22 @@ fn receive(
             } else {
                 for mut d in backlog.drain(..) {
                     handle(None, &mut d);
+                }
+            }
+            for (seq, shard) in rebuilt {
+                let Some((header, data)) = rebuilt_chunk(link.payload, &shard) else {
+                    continue;
+                };
+                let wanted = |f, i| sh.lock().wanted(f, i);
+                // Its bytes did not cross the path: they count for nothing
+                // in the rate (length 0), and its gap is filled.
+                match r
+                    .on_seq(now, seq, 0)
+                    .and_then(|_| r.on_rebuilt_chunk(now, &header, &data, wanted))
+                {
+                    Ok(Some(c)) => completed.push(c),
+                    Ok(None) => {}
+                    Err(e) => refused = Some(e),
                 }
             }
             Progress::add(&p.wire_rx, wire);
@@ -223,6 +264,10 @@ fn receive(
     }
     Progress::set(&p.dgrams_received, r.stats.datagrams);
     Progress::set(&p.dgrams_lost, r.stats.lost);
+    tracing::debug!(
+        "udp receiver: {} datagrams rebuilt from parity",
+        fec.recovered
+    );
     // The sender's last counters may not have arrived: it numbered at
     // least as many datagrams as this side has seen numbers for.
     let sent = Progress::get(&p.dgrams_sent).max(r.numbered());

@@ -10,17 +10,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rate::Adaptive;
+use session::datagram::fec::{cover_from, group_age, group_for, parity_for, FecEncoder, Parity};
 use session::datagram::DatagramSender;
 use session::SenderSession;
 use store::BlockSource;
 use udp::RecvBatch;
-use wire::datagram::{FirstChunk, Signal};
+use wire::datagram::{ChunkHeader, FirstChunk, ParityHeader, Signal, FIRST_CHUNK_HEADER_LEN};
 use wire::ErrorCode;
 
 use super::prepare::read_next_block;
 use crate::compress::Compression;
 use crate::shared::Shared;
-use connect::datagram::{open, seal_chunk, seal_signal, Opened, UdpLink};
+use connect::datagram::{open, seal_chunk, seal_parity, seal_signal, Opened, UdpLink};
 use connect::error::TransferError;
 use connect::progress::{Mark, Progress};
 
@@ -28,8 +29,12 @@ use connect::progress::{Mark, Progress};
 /// slower path sees one round trip of overshoot, which the in-flight cap
 /// bounds and the retransmissions repair.
 const INITIAL_RATE: u64 = 12_500_000;
-/// Fresh bytes kept cut into chunks ahead of the pacer.
+/// Fresh bytes kept cut into chunks ahead of the pacer, at least.
 const QUEUE_AHEAD: u64 = 8 << 20;
+/// And at most: the tail that erasure coding covers (P-47) is what is
+/// queued when the last block is read, so the queue holds a round trip
+/// and more where it can.
+const QUEUE_AHEAD_MAX: u64 = 128 << 20;
 /// Longest sleep between checks of the socket and the queues.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
 const STATS_EVERY: Duration = Duration::from_millis(250);
@@ -126,6 +131,7 @@ fn pump(
     let send_timeout = Duration::from_secs(5);
     let (mut first_sent, mut bytes_sent) = (None::<Instant>, 0u64);
     let mut full = false;
+    let mut fec = Cover::new(link);
     while !sh.stopped() && !sh.is_done() {
         let now = start.elapsed();
         while let Ok(list) = acks.try_recv() {
@@ -135,7 +141,7 @@ fn pump(
         }
         // Read before taking blocks, so the last block is queued first.
         let in_tail = tail.load(Ordering::Relaxed);
-        while tx.queued_bytes() < QUEUE_AHEAD {
+        while tx.queued_bytes() < queue_ahead(tx.rate(), link.rtt) {
             match blocks.try_recv() {
                 Ok((b, hash, codec, data)) => {
                     let first = FirstChunk {
@@ -201,23 +207,27 @@ fn pump(
         // Credit left but nothing sendable: nothing queued, or the in-flight
         // cap reached; only a report or a new block changes that.
         let mut starved = false;
+        let group = group_for(loss_share(&tx));
         while credit >= link.payload as f64 {
             out.clear();
             let mut n = 0;
             while n < per_send {
+                // A due group's parity goes before any other number.
+                if fec.due(now, group) {
+                    break;
+                }
                 let Some(c) = tx.poll_transmit(now) else {
                     break;
                 };
                 let mut h = c.header;
                 // Modulo 2^32: only differences count (P-24).
                 h.sent_us = start.elapsed().as_micros() as u64 as u32;
-                let len = seal_chunk(
-                    &link.send_key,
-                    c.seq,
-                    &h,
-                    &c.data[c.range.clone()],
-                    &mut out,
-                );
+                let data = &c.data[c.range.clone()];
+                let len = if fec.covers(in_tail, &tx, link.rtt) {
+                    fec.seal(now, link, (c.seq, &h, data), &mut out, &tx)
+                } else {
+                    seal_chunk(&link.send_key, c.seq, &h, data, false, &mut out)
+                };
                 n += 1;
                 if len < link.payload {
                     // A short datagram ends a GSO batch.
@@ -225,6 +235,10 @@ fn pump(
                 }
             }
             if n == 0 {
+                if !fec.is_empty() {
+                    credit -= fec.send_parity(p, link, &mut tx, now)? as f64;
+                    continue;
+                }
                 if tx.wants_ping(now) {
                     let seq = tx.signal_seq(now);
                     out = seal_signal(&link.send_key, seq, &Signal::Ping);
@@ -257,6 +271,9 @@ fn pump(
             });
             Progress::set(&p.udp_bytes, bytes_sent);
             Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
+            if fec.due(now, group) {
+                credit -= fec.send_parity(p, link, &mut tx, now)? as f64;
+            }
         }
         // Counters for the receiver's summary: regularly, and more often
         // once idle near the end, so the last ones arrive before it ends.
@@ -280,6 +297,8 @@ fn pump(
                 tx.queued_bytes(),
                 tx.held_blocks()
             );
+            // A group's numbers follow each other: its parity first.
+            fec.send_parity(p, link, &mut tx, now)?;
             let seq = tx.signal_seq(now);
             let d = seal_signal(
                 &link.send_key,
@@ -309,6 +328,138 @@ fn pump(
     }
     publish(p, &tx);
     Ok(())
+}
+
+/// Fresh bytes to keep queued: what erasure coding covers (P-47), within
+/// [`QUEUE_AHEAD`] … [`QUEUE_AHEAD_MAX`]. A loss in the last round trip's
+/// data costs the transfer's end a round trip unless it is covered, and
+/// coverage can start only once the last block is read: so that much must
+/// still be queued then.
+fn queue_ahead(rate: u64, rtt: Duration) -> u64 {
+    cover_from(rate, cover_window(rtt)).clamp(QUEUE_AHEAD, QUEUE_AHEAD_MAX)
+}
+
+/// A round trip and the reports' delay: a loss longer before the end is
+/// re-sent in time.
+fn cover_window(rtt: Duration) -> Duration {
+    rtt + session::datagram::report_interval(rtt) * 2
+}
+
+/// The share of the datagrams sent so far that the receiver reported lost.
+fn loss_share(tx: &DatagramSender) -> f64 {
+    tx.stats.reported_lost as f64 / tx.stats.datagrams.max(1) as f64
+}
+
+/// Erasure coding over the tail (P-47): covered datagrams sealed into
+/// groups, each group's parity sent right behind it.
+struct Cover {
+    /// Only where every byte is sealed: under `--no-encrypt` a chunk's
+    /// bytes are not authenticated, and a shard rebuilt from them could
+    /// not be trusted.
+    on: bool,
+    coder: FecEncoder,
+    started: bool,
+}
+
+impl Cover {
+    fn new(link: &UdpLink) -> Cover {
+        Cover {
+            on: link.send_key.protection().encrypts(),
+            coder: FecEncoder::new(link.payload, group_age(link.rtt)),
+            started: false,
+        }
+    }
+
+    /// Whether the next data datagram is covered: from when every block
+    /// has been read and what is still queued would leave within a round
+    /// trip and the reports' delay, on.
+    fn covers(&self, in_tail: bool, tx: &DatagramSender, rtt: Duration) -> bool {
+        self.on
+            && in_tail
+            && (self.started || tx.queued_bytes() <= cover_from(tx.rate(), cover_window(rtt)))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.coder.is_empty()
+    }
+
+    fn due(&self, now: Duration, group: usize) -> bool {
+        self.coder.due(now, group)
+    }
+
+    /// Seals chunk `seq` as a covered datagram at the end of `out`, and
+    /// adds its shard to the open group; returns the datagram's length.
+    fn seal(
+        &mut self,
+        now: Duration,
+        link: &UdpLink,
+        (seq, h, data): (u64, &ChunkHeader, &[u8]),
+        out: &mut Vec<u8>,
+        tx: &DatagramSender,
+    ) -> usize {
+        if !self.started {
+            self.started = true;
+            tracing::debug!(
+                "udp sender: erasure coding covers the tail from seq {seq}: {} fresh bytes queued, rate {} B/s",
+                tx.queued_bytes(),
+                tx.rate()
+            );
+        }
+        let len = seal_chunk(&link.send_key, seq, h, data, true, out);
+        let mut hb = [0u8; FIRST_CHUNK_HEADER_LEN];
+        let hn = h.encode_into(&mut hb);
+        // The shard is the body less `sent_us`.
+        self.coder.add(now, seq, &hb[4..hn], data);
+        len
+    }
+
+    /// Closes the open group and sends its parity, each datagram numbered
+    /// right after the group; returns the bytes sent.
+    fn send_parity(
+        &mut self,
+        p: &Progress,
+        link: &UdpLink,
+        tx: &mut DatagramSender,
+        now: Duration,
+    ) -> Result<usize, TransferError> {
+        let count = parity_for(self.coder.len(), loss_share(tx));
+        match self.coder.finish(count) {
+            Some(parity) => send_parity(p, link, tx, parity, now),
+            None => Ok(0),
+        }
+    }
+}
+
+/// Sends a group's parity datagrams, numbered from the sender's next
+/// number; returns the bytes sent.
+fn send_parity(
+    p: &Progress,
+    link: &UdpLink,
+    tx: &mut DatagramSender,
+    parity: Parity,
+    now: Duration,
+) -> Result<usize, TransferError> {
+    let mut out = Vec::new();
+    let mut segment = 0;
+    for (i, shard) in parity.shards.iter().enumerate() {
+        let h = ParityHeader {
+            index: i as u8,
+            ..parity.header
+        };
+        let d = seal_parity(&link.send_key, tx.signal_seq(now), &h, shard);
+        segment = d.len();
+        out.extend_from_slice(&d);
+    }
+    let per_send = link.channel.max_segments(segment) * segment;
+    for batch in out.chunks(per_send) {
+        link.channel
+            .send(batch, segment, Duration::from_secs(5))
+            .map_err(|e| TransferError::lost("sending parity datagrams", &e))?;
+    }
+    let wire = out.len() + parity.shards.len() * link.channel.header_overhead();
+    Progress::add(&p.wire_tx, wire as u64);
+    p.control.pace(out.len() as u64);
+    Ok(out.len())
 }
 
 /// Takes the receiver's reports waiting on the socket, waiting up to
