@@ -234,6 +234,10 @@ pub struct UdpJson {
     pub datagrams_retransmitted: u64,
     pub datagrams_lost: u64,
     pub datagrams_received: u64,
+    /// Parity datagrams sent over the tail (a push), and data datagrams
+    /// rebuilt from parity instead of re-sent (a pull): P-47.
+    pub parity_datagrams_sent: u64,
+    pub datagrams_rebuilt: u64,
     /// Datagram bits per second (UDP payload) while data flowed, from the
     /// first datagram to the last: the rate the pacer held.
     pub average_rate_bps: f64,
@@ -289,6 +293,8 @@ pub fn json(r: &Report, direction: &str) -> String {
             datagrams_retransmitted: u.resent,
             datagrams_lost: u.lost,
             datagrams_received: u.received,
+            parity_datagrams_sent: u.parity,
+            datagrams_rebuilt: u.rebuilt,
             average_rate_bps: u.average_rate as f64 * 8.0,
             final_rate_bps: u.final_rate as f64 * 8.0,
             receiver_drops: u.drops,
@@ -576,6 +582,12 @@ fn udp_text(r: &Report, u: &endpoint::UdpReport) -> String {
         bits_per_sec(u.average_rate as f64 * 8.0),
         bits_per_sec(u.final_rate as f64 * 8.0),
     );
+    if u.parity > 0 || u.rebuilt > 0 {
+        out += &format!(
+            "\n  erasure coding over the tail: parity sent {}, datagrams rebuilt {}",
+            u.parity, u.rebuilt
+        );
+    }
     if u.drops > 0 {
         out += &format!(
             "\n  note: the receiving host dropped {} datagrams for lack of socket buffer (receiver overload)",

@@ -30,6 +30,11 @@ pub struct Progress {
     /// sender).
     pub dgrams_lost: AtomicU64,
     pub dgrams_received: AtomicU64,
+    /// Parity datagrams this sender sent over the tail (P-47), and data
+    /// datagrams this receiver rebuilt from parity instead of waiting for
+    /// their re-send.
+    pub dgrams_parity: AtomicU64,
+    pub dgrams_rebuilt: AtomicU64,
     /// The sending rate now, bytes per second (the peer's, on a receiver).
     pub udp_rate: AtomicU64,
     /// 1 while the UDP sender still probes for the path's rate (its

@@ -20,6 +20,10 @@ pub struct UdpReport {
     pub resent: u64,
     pub lost: u64,
     pub received: u64,
+    /// Parity datagrams sent over the tail (this side sent), and data
+    /// datagrams rebuilt from parity (this side received), P-47.
+    pub parity: u64,
+    pub rebuilt: u64,
     /// The sending rate at the end, bytes per second.
     pub final_rate: u64,
     /// Datagram bytes per second while data flowed (first to last datagram).
@@ -108,6 +112,8 @@ impl Tail {
             resent: get(&p.dgrams_resent),
             lost: get(&p.dgrams_lost),
             received: get(&p.dgrams_received),
+            parity: get(&p.dgrams_parity),
+            rebuilt: get(&p.dgrams_rebuilt),
             final_rate: get(&p.udp_rate),
             average_rate: (get(&p.udp_bytes) as f64 * 1e6 / get(&p.udp_active_us).max(1) as f64)
                 as u64,

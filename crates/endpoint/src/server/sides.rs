@@ -259,9 +259,13 @@ impl super::Server {
                 )?;
                 rec.moved(s.summary.files, bytes);
                 Ok(format!(
-                    "sent {} files, {bytes} bytes, over {how} ({})",
+                    "sent {} files, {bytes} bytes, over {how} ({}){}",
                     s.summary.files,
-                    protection.name()
+                    protection.name(),
+                    coded(
+                        Progress::get(&progress.dgrams_parity),
+                        "parity datagrams sent"
+                    )
                 ))
             }
             Side::Tunnel(_) => Err(TransferError::new(ErrorCode::Other, "tunnel served twice")),
@@ -277,12 +281,25 @@ impl super::Server {
                 let s = run_receiver(ctrl_r, ctrl_w, recv_path, session, &*sink, &opts, &progress)?;
                 rec.moved(s.files, s.file_bytes);
                 Ok(format!(
-                    "received {} files, {} bytes, over {how} ({})",
+                    "received {} files, {} bytes, over {how} ({}){}",
                     s.files,
                     s.file_bytes,
-                    protection.name()
+                    protection.name(),
+                    coded(
+                        Progress::get(&progress.dgrams_rebuilt),
+                        "datagrams rebuilt from parity"
+                    )
                 ))
             }
         }
+    }
+}
+
+/// What erasure coding over the tail did (P-47), for the log line; empty
+/// when nothing.
+fn coded(count: u64, what: &str) -> String {
+    match count {
+        0 => String::new(),
+        n => format!(", {n} {what}"),
     }
 }

@@ -259,15 +259,13 @@ fn receive(
             next_report = now + interval;
             Progress::set(&p.dgrams_received, r.stats.datagrams);
             Progress::set(&p.dgrams_lost, r.stats.lost);
+            Progress::set(&p.dgrams_rebuilt, fec.recovered);
             Progress::set(&p.udp_drops, r.dropped);
         }
     }
     Progress::set(&p.dgrams_received, r.stats.datagrams);
     Progress::set(&p.dgrams_lost, r.stats.lost);
-    tracing::debug!(
-        "udp receiver: {} datagrams rebuilt from parity",
-        fec.recovered
-    );
+    Progress::set(&p.dgrams_rebuilt, fec.recovered);
     // The sender's last counters may not have arrived: it numbered at
     // least as many datagrams as this side has seen numbers for.
     let sent = Progress::get(&p.dgrams_sent).max(r.numbered());

@@ -458,6 +458,7 @@ fn send_parity(
     }
     let wire = out.len() + parity.shards.len() * link.channel.header_overhead();
     Progress::add(&p.wire_tx, wire as u64);
+    Progress::add(&p.dgrams_parity, parity.shards.len() as u64);
     p.control.pace(out.len() as u64);
     Ok(out.len())
 }
