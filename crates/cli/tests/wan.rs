@@ -125,44 +125,23 @@ fn push_and_pull_across_a_long_lossy_link() {
     // Pulled back over UDP: the tail's losses are rebuilt here, from the
     // server's parity, not waited for (0.5% loss over its last round
     // trip's 1,700 datagrams: none lost is one chance in 5,000).
-    let udp_back = env.local.join("udp-back.bin");
-    let out = cp_in_a(
+    let from = format!("{ADDR_B}:7050:data.bin");
+    let json = pull_in_a(
         &emu,
         &env,
-        &[
-            "--json",
-            "--transport",
-            "udp",
-            &format!("{ADDR_B}:7050:data.bin"),
-            udp_back.to_str().unwrap(),
-        ],
+        &["--transport", "udp"],
+        &from,
+        "udp-back.bin",
+        &data,
     );
-    ok(&out);
-    assert!(fs::read(&udp_back).unwrap() == data, "pulled copy differs");
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         json["udp"]["datagrams_rebuilt"].as_u64().unwrap() > 0,
         "{json}"
     );
 
     // The TCP streams, asked for by name, across the same link.
-    let back = env.local.join("back.bin");
-    let out = cp_in_a(
-        &emu,
-        &env,
-        &[
-            "--json",
-            "--transport",
-            "tcp",
-            "--streams",
-            "4",
-            &format!("{ADDR_B}:7050:data.bin"),
-            back.to_str().unwrap(),
-        ],
-    );
-    ok(&out);
-    assert!(fs::read(&back).unwrap() == data, "pulled copy differs");
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let flags = ["--transport", "tcp", "--streams", "4"];
+    let json = pull_in_a(&emu, &env, &flags, &from, "back.bin", &data);
     assert_eq!(json["transport"], "tcp", "{json}");
     assert_eq!(json["streams"], 4, "{json}");
 
@@ -171,6 +150,26 @@ fn push_and_pull_across_a_long_lossy_link() {
         report.a2b.dropped_loss > 0 && report.b2a.dropped_loss > 0,
         "the link did lose packets: {report:?}"
     );
+}
+
+/// Pulls `from` into `name` in the client's directory with `flags` and
+/// `--json`, checks the copy is `data`, and returns the JSON summary.
+fn pull_in_a(
+    emu: &Emulator,
+    env: &Env,
+    flags: &[&str],
+    from: &str,
+    name: &str,
+    data: &[u8],
+) -> serde_json::Value {
+    let to = env.local.join(name);
+    let mut args = vec!["--json"];
+    args.extend_from_slice(flags);
+    args.extend([from, to.to_str().unwrap()]);
+    let out = cp_in_a(emu, env, &args);
+    ok(&out);
+    assert!(fs::read(&to).unwrap() == data, "pulled copy {name} differs");
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
