@@ -87,6 +87,8 @@ pub struct FecEncoder {
     max_age: Duration,
     next_seq: Option<u64>,
     shards: Vec<Vec<u8>>,
+    /// The last group's shard buffers, for the next group to fill.
+    spare: Vec<Vec<u8>>,
     opened: Duration,
 }
 
@@ -99,6 +101,7 @@ impl FecEncoder {
             max_age,
             next_seq: None,
             shards: Vec::new(),
+            spare: Vec::new(),
             opened: Duration::ZERO,
         }
     }
@@ -123,7 +126,8 @@ impl FecEncoder {
         if self.shards.is_empty() {
             self.opened = now;
         }
-        let mut s = Vec::with_capacity(self.shard_len);
+        let mut s = self.spare.pop().unwrap_or_default();
+        s.clear();
         s.extend_from_slice(header);
         s.extend_from_slice(data);
         s.resize(self.shard_len, 0);
@@ -150,9 +154,11 @@ impl FecEncoder {
         let parity = parity.clamp(1, FEC_MAX_PARITY as usize);
         let made = reed_solomon_simd::encode(shards.len(), parity, &shards)
             .expect("group and parity counts within the coder's range, shards even and equal");
+        let group = shards.len() as u16;
+        self.spare = shards;
         Some(Parity {
             header: ParityHeader {
-                group: shards.len() as u16,
+                group,
                 parity: parity as u8,
                 index: 0,
             },
@@ -256,15 +262,11 @@ impl FecDecoder {
             return Vec::new();
         }
         let g = self.groups.remove(&start).expect("looked up above");
-        let members: Vec<(u64, Vec<u8>)> = self
-            .held
-            .range(start..end)
-            .map(|(&s, c)| (s, c.clone()))
-            .collect();
-        for (s, c) in &members {
-            self.held.remove(s);
-            self.held_bytes -= c.len();
-        }
+        // The group's members leave the store: moved, not copied.
+        let mut rest = self.held.split_off(&end);
+        let members: Vec<(u64, Vec<u8>)> = self.held.split_off(&start).into_iter().collect();
+        self.held.append(&mut rest);
+        self.held_bytes -= members.iter().map(|(_, c)| c.len()).sum::<usize>();
         if missing == 0 {
             return Vec::new();
         }
