@@ -134,6 +134,13 @@ const FAIR_CEILING: f64 = 0.55;
 /// queue another flow builds: Aspera's "fixed" policy at the rate found.
 const HOLD: f64 = 0.9;
 const PEAK_HALF_LIFE: Duration = Duration::from_secs(30);
+/// Reports over which the rates sent are remembered: four round trips at
+/// the usual two reports a round trip, so a report's datagrams, sent a
+/// round trip before it, are within them.
+const SENT_WINDOW: usize = 8;
+/// How far above the rates sent a capacity sample may go: what arrives
+/// can outrun what was sent only by the timing of the reports.
+const SENT_SLACK: f64 = 1.25;
 /// Above this loss rate a report is not mere noise: the share floor does
 /// not hold (the path itself may have shrunk).
 const HEAVY_LOSS: f64 = 0.25;
@@ -193,6 +200,9 @@ pub struct Adaptive {
     round_end: Duration,
     /// The last raw capacity samples, for the median filter.
     raw: VecDeque<f64>,
+    /// The rates in force at the last [`SENT_WINDOW`] reports: no sample
+    /// of capacity is taken above [`SENT_SLACK`] times their most.
+    sent: VecDeque<f64>,
     /// The best capacity seen, decaying with a half-life of
     /// [`PEAK_HALF_LIFE`]: what "a fair share of the path" refers to.
     peak: f64,
@@ -241,6 +251,7 @@ impl Adaptive {
             flat_rounds: 0,
             round_end: Duration::ZERO,
             raw: VecDeque::new(),
+            sent: VecDeque::new(),
             peak: 0.0,
             share: Share::Fair,
             compete: None,
@@ -555,6 +566,17 @@ impl Adaptive {
         } else {
             delivered / (1.0 - loss)
         };
+        // Nothing arrives faster than it was sent: a receiver that stalls
+        // and then drains its socket reports bursts the path never
+        // carried. Two in a row passed the median below and set the peak
+        // at 3.3 times a 1 Gbit/s link (10% loss, 150 ms): fair sharing's
+        // floor, half the peak, then kept the link's queue full.
+        self.sent.push_back(self.rate);
+        if self.sent.len() > SENT_WINDOW {
+            self.sent.pop_front();
+        }
+        let most_sent = self.sent.iter().copied().fold(0.0, f64::max);
+        let capacity = capacity.min(most_sent * SENT_SLACK);
         // A receiver that falls behind and then drains its socket reports a
         // burst above the path's rate; the median of the last three samples
         // keeps one such spike out of the estimate and the peak.
@@ -803,6 +825,44 @@ mod tests {
         assert!((c.rate() as f64) < 0.1 * LINK);
         let secs = seconds_to_recover(&mut c);
         assert!(secs < 5.0, "{secs} s to come back to 90% of the link");
+    }
+
+    #[test]
+    fn bursts_above_what_was_sent_move_neither_the_estimate_nor_the_peak() {
+        // Cruising on a 1 Gbit/s path, then two reports of a receiver
+        // draining its socket after a stall, 3.3 times the link: the
+        // median lets two in a row through, so the rates sent bound them.
+        let mut c = Adaptive::new(LINK as u64, None).with_rtt(150 * MS);
+        let mut now = Duration::ZERO;
+        let mut most = 0f64;
+        for _ in 0..200 {
+            now += 50 * MS;
+            c.on_feedback(now, &report(LINK, false));
+            most = most.max(c.rate() as f64);
+        }
+        for _ in 0..2 {
+            now += 50 * MS;
+            c.on_feedback(now, &report(3.3 * LINK, false));
+        }
+        let bound = SENT_SLACK * most + 1.0;
+        assert!(
+            c.estimate() <= bound,
+            "estimate {} over {bound}",
+            c.estimate()
+        );
+        let peak: f64 = c
+            .state()
+            .split("peak ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(peak <= bound, "peak {peak} over {bound}");
+        // The floor of fair sharing, half the peak, stays below the link.
+        assert!(peak * FAIR_SHARE < LINK, "peak {peak}");
     }
 
     #[test]
