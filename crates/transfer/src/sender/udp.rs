@@ -235,6 +235,8 @@ fn pump(
                 }
             }
             if n == 0 {
+                // A group due, or nothing left to send: its parity, paced
+                // as data.
                 if !fec.is_empty() {
                     credit -= fec.send_parity(p, link, &mut tx, now)? as f64;
                     continue;
@@ -271,9 +273,6 @@ fn pump(
             });
             Progress::set(&p.udp_bytes, bytes_sent);
             Progress::set(&p.udp_active_us, first.elapsed().as_micros() as u64);
-            if fec.due(now, group) {
-                credit -= fec.send_parity(p, link, &mut tx, now)? as f64;
-            }
         }
         // Counters for the receiver's summary: regularly, and more often
         // once idle near the end, so the last ones arrive before it ends.
