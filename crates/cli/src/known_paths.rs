@@ -35,6 +35,10 @@ struct Saved {
     #[serde(default)]
     tcp_rate: u64,
     rtt_ms: f64,
+    /// The UDP payload the channel used, bytes; 0 if unknown. A pinned
+    /// start sends its data at this size without set-up (P-48).
+    #[serde(default)]
+    payload: u64,
 }
 
 /// Below this many bytes a TCP push's rate says more about its start than
@@ -70,6 +74,7 @@ impl Saved {
             rate: self.rate,
             tcp_rate: self.tcp_rate,
             rtt: Duration::from_secs_f64(self.rtt_ms / 1e3),
+            udp_payload: self.payload,
         })
     }
 }
@@ -79,17 +84,29 @@ fn read(peer: &Peer, ssh: bool) -> Option<Saved> {
     serde_json::from_str(&text).ok()
 }
 
+/// The UDP sender's estimate and the datagram payload it used.
+type UdpMeasured = (u64, u64);
+
 /// What a finished push measured of its path: the UDP sender's estimate
 /// once it left startup, or, over TCP, the wire bytes a second from the
 /// first data to the receiver's summary of a push large enough to say.
-fn measured(r: &Report) -> Option<(Option<u64>, Option<u64>)> {
+fn measured(r: &Report) -> Option<(Option<UdpMeasured>, Option<u64>)> {
     if let Some(u) = r.udp {
-        return (u.estimate > 0).then_some((Some(u.estimate), None));
+        return (u.estimate > 0).then_some((Some((u.estimate, u.payload)), None));
     }
     let at = |m| r.timeline.iter().find(|(k, _)| *k == m).map(|(_, t)| *t);
     let secs = at(Mark::Finished)? - at(Mark::FirstData)?;
     let big = r.summary.file_bytes >= TCP_SAMPLE_MIN && r.wire_bytes >= TCP_SAMPLE_MIN;
     (big && secs > 0.0).then(|| (None, Some((r.wire_bytes as f64 / secs) as u64)))
+}
+
+/// Forgets the datagram size kept for `peer`, after a transfer that lost
+/// its path: a pinned start sends at that size without set-up (P-48), and
+/// a path that carries less no longer would.
+pub fn forget_payload(peer: &Peer, ssh: bool) {
+    if let Some(s) = read(peer, ssh).filter(|s| s.payload > 0) {
+        write(peer, ssh, &Saved { payload: 0, ..s });
+    }
 }
 
 /// Keeps what a finished push measured. Nothing is kept when the UDP
@@ -106,14 +123,21 @@ pub fn save(peer: &Peer, ssh: bool, r: &Report) {
     let kept = read(peer, ssh).filter(|s| s.known().is_some_and(|k| k.fits(r.rtt)));
     let saved = Saved {
         time: now_secs(),
-        rate: udp.unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.rate)),
+        rate: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.rate), |u| u.0),
         tcp_rate: tcp.unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.tcp_rate)),
         rtt_ms,
+        payload: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.payload), |u| u.1),
     };
+    write(peer, ssh, &saved);
+}
+
+/// Writes `saved` for `peer`, whole or not at all (a temporary renamed
+/// over the last); a failure is only logged.
+fn write(peer: &Peer, ssh: bool, saved: &Saved) {
     let d = dir();
     let path = d.join(host_file_name(peer, ssh));
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let text = serde_json::to_string(&saved).expect("plain data serializes");
+    let text = serde_json::to_string(saved).expect("plain data serializes");
     let res = std::fs::create_dir_all(&d)
         .and_then(|()| std::fs::write(&tmp, text + "\n"))
         .and_then(|()| std::fs::rename(&tmp, &path));
@@ -134,6 +158,7 @@ mod tests {
             rate: 122_000_000,
             tcp_rate: 0,
             rtt_ms: 150.5,
+            payload: 1472,
         };
         let back: Saved = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);

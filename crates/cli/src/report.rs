@@ -201,6 +201,9 @@ pub struct Json<'a> {
     /// Seconds from the start of the connection to each step of the
     /// session: where the wall time went.
     pub timeline_s: TimelineJson<'a>,
+    /// The request rode in the handshake's first message (a pinned start
+    /// to a server whose key is pinned, P-48): one round trip less.
+    pub request_in_handshake: bool,
 }
 
 /// Seconds from dialling the server to each step the session reached, by
@@ -302,6 +305,7 @@ pub fn json(r: &Report, direction: &str) -> String {
             receive_buffer_capped: u.buffer_capped,
         }),
         timeline_s: TimelineJson(&r.timeline),
+        request_in_handshake: r.early_request,
     })
     .expect("plain struct serializes")
 }

@@ -96,6 +96,12 @@ fn changed_server_key_exit_4() {
     fs::write(&kh, text).unwrap();
     let err = fails(&env.cp(&[&remote, "/dev/null"]), 4);
     assert!(err.contains("CHANGED"), "{err}");
+    // On a known path the client opens with a pinned start (P-48), which
+    // the re-keyed server cannot read: it starts over in full, and the
+    // change is named all the same.
+    known_path(&env, server.port, 0);
+    let err = fails(&env.cp(&[&remote, "/dev/null"]), 4);
+    assert!(err.contains("CHANGED"), "{err}");
 }
 
 #[test]

@@ -278,6 +278,57 @@ fn udp_channel_on_loopback() {
 /// rsync's trailing-slash rule: `dir/` copies the directory's contents
 /// (into the destination, made if missing); `dir` copies the directory
 /// itself (into an existing destination directory, or as the destination).
+/// To a daemon whose key is pinned, on a path measured before, the request
+/// rides in the handshake's first message (P-48), both ways and over
+/// either transport; the UDP channel's data follows its hello at the
+/// known datagram size, with no set-up round trip.
+#[test]
+fn a_pinned_start_carries_the_request_to_a_known_host() {
+    let env = Env::new();
+    let server = env.serve();
+    let data = random_bytes(3 << 20, 48);
+    let src = env.local.join("p.bin");
+    write_file(&src, &data);
+    let push = |dest: &str, extra: &[&str]| {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[src.to_str().unwrap(), dest]);
+        let out = env.cp(&args);
+        ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let first = push(&env.remote(&server, "first.bin"), &[]);
+    assert_eq!(
+        first["request_in_handshake"], false,
+        "first contact: {first}"
+    );
+    known_path(&env, server.port, 1472);
+    let json = push(&env.remote(&server, "tcp.bin"), &[]);
+    assert_eq!(json["request_in_handshake"], true, "{json}");
+    assert!(fs::read(env.root.join("tcp.bin")).unwrap() == data);
+    let json = push(&env.remote(&server, "udp.bin"), &["--transport", "udp"]);
+    assert_eq!(json["request_in_handshake"], true, "{json}");
+    assert_eq!(
+        json["udp"]["datagram_bytes"], 1472,
+        "the known size: {json}"
+    );
+    assert!(fs::read(env.root.join("udp.bin")).unwrap() == data);
+    for transport in ["tcp", "udp"] {
+        let back = env.local.join(format!("back-{transport}.bin"));
+        let out = env.cp(&[
+            "--json",
+            "--transport",
+            transport,
+            &env.remote(&server, "udp.bin"),
+            back.to_str().unwrap(),
+        ]);
+        ok(&out);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["request_in_handshake"], true, "{json}");
+        assert!(fs::read(&back).unwrap() == data, "pulled over {transport}");
+    }
+}
+
 #[test]
 fn trailing_slash_copies_a_directorys_contents_like_rsync() {
     let env = Env::new();

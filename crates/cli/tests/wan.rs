@@ -121,6 +121,11 @@ fn push_and_pull_across_a_long_lossy_link() {
         t["full_rate"], t["first_data"],
         "a known path starts at full rate: {json}"
     );
+    // The key is pinned and the path known: the request rode in the
+    // handshake's first message, and the data followed the hello at the
+    // kept datagram size, without set-up (P-48).
+    assert_eq!(json["request_in_handshake"], true, "{json}");
+    assert_eq!(json["udp"]["datagram_bytes"], kept["payload"], "{json}");
 
     // Pulled back over UDP: the tail's losses are rebuilt here, from the
     // server's parity, not waited for (0.5% loss over its last round

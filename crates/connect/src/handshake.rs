@@ -8,10 +8,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use secure::{ClientHandshake, Keypair, PublicKey, ServerHandshake, SessionKeys};
+use secure::{
+    ClientHandshake, Keypair, PinnedClient, PinnedServer, PublicKey, ServerHandshake, SessionKeys,
+};
 use wire::{
-    ConnKind, ErrorCode, HandshakeAnswer, HandshakeWishes, Preamble, PreambleReply, PREAMBLE_LEN,
-    PROTOCOL_VERSION,
+    ConnKind, ErrorCode, HandshakeAnswer, HandshakeWishes, PinnedOpening, Preamble, PreambleReply,
+    MAX_EARLY_REQUEST, PREAMBLE_LEN, PROTOCOL_VERSION,
 };
 
 use crate::error::TransferError;
@@ -106,33 +108,7 @@ pub fn client(
     stream
         .write_all(&opening)
         .map_err(io_err("greeting the server"))?;
-    let mut reply = [0u8; PreambleReply::LEN];
-    stream.read_exact(&mut reply).map_err(|e| {
-        // A daemon closes new connections at once while too many from
-        // everywhere, or from this address, are unauthenticated (as
-        // sshd's MaxStartups): worth trying again.
-        let mut e = io_err("reading the server's greeting")(e);
-        if e.code == ErrorCode::Protocol {
-            e.message += "; a haul daemon also closes new connections at once while too many unauthenticated ones are open (from everywhere, or from this address): try again in a moment";
-        }
-        e
-    })?;
-    let reply = PreambleReply::decode(&reply).map_err(|_| {
-        let shown = String::from_utf8_lossy(&reply).trim().to_string();
-        TransferError::new(
-            ErrorCode::Protocol,
-            format!("the server is not a haul server (it answered {shown:?})"),
-        )
-    })?;
-    if !reply.accepted || reply.version != PROTOCOL_VERSION {
-        return Err(TransferError::new(
-            ErrorCode::Protocol,
-            format!(
-                "the server speaks haul protocol version {}, this client speaks version {PROTOCOL_VERSION}; install the same haul release on both hosts",
-                reply.version
-            ),
-        ));
-    }
+    read_reply(stream)?;
     let m2 = read_raw(stream).map_err(io_err("handshaking"))?;
     let rtt = t0.elapsed();
     let (server_key, answer) = hs.read_reply(&m2).map_err(hs_err)?;
@@ -160,6 +136,38 @@ pub fn client(
     })
 }
 
+/// Reads the server's preamble reply: its version must be ours.
+fn read_reply(stream: &mut TcpStream) -> Result<(), TransferError> {
+    let mut reply = [0u8; PreambleReply::LEN];
+    stream.read_exact(&mut reply).map_err(|e| {
+        // A daemon closes new connections at once while too many from
+        // everywhere, or from this address, are unauthenticated (as
+        // sshd's MaxStartups): worth trying again.
+        let mut e = io_err("reading the server's greeting")(e);
+        if e.code == ErrorCode::Protocol {
+            e.message += "; a haul daemon also closes new connections at once while too many unauthenticated ones are open (from everywhere, or from this address): try again in a moment";
+        }
+        e
+    })?;
+    let reply = PreambleReply::decode(&reply).map_err(|_| {
+        let shown = String::from_utf8_lossy(&reply).trim().to_string();
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the server is not a haul server (it answered {shown:?})"),
+        )
+    })?;
+    if !reply.accepted || reply.version != PROTOCOL_VERSION {
+        return Err(TransferError::new(
+            ErrorCode::Protocol,
+            format!(
+                "the server speaks haul protocol version {}, this client speaks version {PROTOCOL_VERSION}; install the same haul release on both hosts",
+                reply.version
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads the preamble a client opens with.
 pub fn read_preamble(stream: &mut TcpStream) -> Result<Preamble, TransferError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
@@ -171,15 +179,9 @@ pub fn read_preamble(stream: &mut TcpStream) -> Result<Preamble, TransferError> 
         .map_err(|e| TransferError::new(ErrorCode::Protocol, format!("not a haul client: {e}")))
 }
 
-/// Server side, after [`read_preamble`] returned a control preamble.
-/// `open_udp` is called when the client wishes for a UDP port; it returns
-/// the port it opened, or 0.
-pub fn server(
-    stream: &mut TcpStream,
-    pre: &Preamble,
-    key: &Keypair,
-    open_udp: impl FnOnce() -> u16,
-) -> Result<Established, TransferError> {
+/// Answers a control preamble (P-2); returns the greeting both sides bind
+/// into the handshake.
+fn send_reply(stream: &mut TcpStream, pre: &Preamble) -> Result<Vec<u8>, TransferError> {
     crate::net::tune_control(stream);
     let accepted = pre.version == PROTOCOL_VERSION;
     let reply = PreambleReply {
@@ -198,9 +200,21 @@ pub fn server(
             ),
         ));
     }
+    Ok([&pre.encode()[..], &reply.encode()[..]].concat())
+}
+
+/// Server side, after [`read_preamble`] returned a control preamble.
+/// `open_udp` is called when the client wishes for a UDP port; it returns
+/// the port it opened, or 0.
+pub fn server(
+    stream: &mut TcpStream,
+    pre: &Preamble,
+    key: &Keypair,
+    open_udp: impl FnOnce() -> u16,
+) -> Result<Established, TransferError> {
+    let greeting = send_reply(stream, pre)?;
     let m1 = read_raw(stream).map_err(io_err("handshaking"))?;
     let t0 = Instant::now();
-    let greeting = [&pre.encode()[..], &reply.encode()[..]].concat();
     let (mut hs, wishes) = ServerHandshake::respond(key, &greeting, &m1).map_err(hs_err)?;
     let wishes = HandshakeWishes::decode(&wishes).map_err(|e| {
         TransferError::new(
@@ -209,9 +223,11 @@ pub fn server(
         )
     })?;
     let udp_port = if wishes.udp_port { open_udp() } else { 0 };
-    let m2 = hs
-        .reply(&HandshakeAnswer { udp_port }.encode())
-        .map_err(hs_err)?;
+    let answer = HandshakeAnswer {
+        udp_port,
+        early: false,
+    };
+    let m2 = hs.reply(&answer.encode()).map_err(hs_err)?;
     write_raw(stream, &m2).map_err(io_err("handshaking"))?;
     let m3 = read_raw(stream).map_err(io_err("handshaking"))?;
     let rtt = t0.elapsed();
@@ -223,6 +239,162 @@ pub fn server(
         peer,
         udp_port,
     })
+}
+
+/// A pinned start as the client ends it: the session, and whether the
+/// server took the request from message one.
+pub type PinnedAnswered = (Established, bool);
+/// A pinned start as the server ends it: the session, and the request
+/// from message one if it took it.
+pub type PinnedServed = (Established, Option<Vec<u8>>);
+
+/// A pinned start's message one (P-48), written by [`client_pinned`].
+fn pinned_opening(
+    identity: &Keypair,
+    server: &PublicKey,
+    wishes: HandshakeWishes,
+    request: &[u8],
+) -> Result<(PinnedClient, Vec<u8>), TransferError> {
+    let pre = Preamble {
+        version: PROTOCOL_VERSION,
+        kind: ConnKind::Pinned,
+        session: [0; 16],
+        stream: 0,
+    };
+    let expected = PreambleReply {
+        version: PROTOCOL_VERSION,
+        accepted: true,
+    };
+    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
+    let opening = PinnedOpening {
+        wishes,
+        time: unix_now(),
+        request: request.to_vec(),
+    };
+    let (hs, m1) =
+        PinnedClient::start(identity, server, &greeting, &opening.encode()).map_err(hs_err)?;
+    let mut out = pre.encode().to_vec();
+    out.extend_from_slice(&(m1.len() as u16).to_le_bytes());
+    out.extend_from_slice(&m1);
+    Ok((hs, out))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Client side of a pinned start (P-48): Noise IK to `server`, the key
+/// pinned for it, with `request` (an encoded `Msg::Request`, or empty)
+/// in message one. Returns the session and whether the server took the
+/// request; `None` when the server closed instead of answering, as one
+/// whose key changed does: the caller starts over with [`client`], whose
+/// check names the change.
+pub fn client_pinned(
+    stream: &mut TcpStream,
+    identity: &Keypair,
+    server: &PublicKey,
+    wishes: HandshakeWishes,
+    request: &[u8],
+) -> Result<Option<PinnedAnswered>, TransferError> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
+    crate::net::tune_control(stream);
+    let request = if request.len() <= MAX_EARLY_REQUEST {
+        request
+    } else {
+        &[]
+    };
+    let (hs, opening) = pinned_opening(identity, server, wishes, request)?;
+    let t0 = Instant::now();
+    stream
+        .write_all(&opening)
+        .map_err(io_err("greeting the server"))?;
+    read_reply(stream)?;
+    let m2 = match read_raw(stream) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(io_err("handshaking")(e)),
+    };
+    let rtt = t0.elapsed();
+    let (answer, keys) = hs.finish(&m2).map_err(hs_err)?;
+    let answer = HandshakeAnswer::decode(&answer).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the server's handshake answer is malformed: {e}"),
+        )
+    })?;
+    if (answer.udp_port != 0 && !wishes.udp_port) || (answer.early && request.is_empty()) {
+        return Err(TransferError::new(
+            ErrorCode::Protocol,
+            "the server's handshake answer names what nobody asked for",
+        ));
+    }
+    stream.set_read_timeout(None).ok();
+    let est = Established {
+        keys,
+        rtt,
+        peer: *server,
+        udp_port: answer.udp_port,
+    };
+    Ok(Some((est, answer.early)))
+}
+
+/// What the server decides from a pinned start's message one before it
+/// answers: whether the client's key may come in at all, whether to take
+/// the request it carries (P-48: once, and only while recent), and the
+/// UDP port to name.
+pub trait PinnedPolicy {
+    fn admits(&mut self, client: &PublicKey) -> bool;
+    fn takes_early(&mut self, ephemeral: &[u8; 32], time: u64, request: &[u8]) -> bool;
+    fn open_udp(&mut self) -> u16;
+}
+
+/// Server side of a pinned start, after [`read_preamble`] returned a
+/// pinned preamble. Returns the session and the request message one
+/// carried, if the server took it (it is answered behind message two).
+pub fn server_pinned(
+    stream: &mut TcpStream,
+    pre: &Preamble,
+    key: &Keypair,
+    policy: &mut impl PinnedPolicy,
+) -> Result<PinnedServed, TransferError> {
+    let greeting = send_reply(stream, pre)?;
+    let m1 = read_raw(stream).map_err(io_err("handshaking"))?;
+    let (hs, opened) = PinnedServer::respond(key, &greeting, &m1).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Auth,
+            format!("a pinned start this server cannot read (the client pinned another key for it, or sent garbage): {e}"),
+        )
+    })?;
+    let opening = PinnedOpening::decode(&opened.opening).map_err(|e| {
+        TransferError::new(
+            ErrorCode::Protocol,
+            format!("the client's pinned opening is malformed: {e}"),
+        )
+    })?;
+    // An unknown key is refused as in XX: after the handshake, in words
+    // (`run_session`); it only never gets its request taken early.
+    let admitted = policy.admits(&opened.client);
+    let early = admitted
+        && !opening.request.is_empty()
+        && policy.takes_early(&opened.ephemeral, opening.time, &opening.request);
+    let udp_port = if opening.wishes.udp_port && admitted {
+        policy.open_udp()
+    } else {
+        0
+    };
+    let answer = HandshakeAnswer { udp_port, early };
+    let (m2, keys) = hs.finish(&answer.encode()).map_err(hs_err)?;
+    write_raw(stream, &m2).map_err(io_err("handshaking"))?;
+    stream.set_read_timeout(None).ok();
+    let est = Established {
+        keys,
+        rtt: Duration::ZERO,
+        peer: opened.client,
+        udp_port,
+    };
+    Ok((est, early.then_some(opening.request)))
 }
 
 #[cfg(test)]
@@ -254,6 +426,73 @@ pub(crate) mod tests {
             let (server_est, opened) = server.join().unwrap();
             (est, server_est, opened)
         })
+    }
+
+    struct Takes(bool, u16);
+
+    impl PinnedPolicy for Takes {
+        fn admits(&mut self, _: &PublicKey) -> bool {
+            true
+        }
+        fn takes_early(&mut self, _: &[u8; 32], time: u64, request: &[u8]) -> bool {
+            assert!(time.abs_diff(unix_now()) < 60);
+            assert_eq!(request, b"request");
+            self.0
+        }
+        fn open_udp(&mut self) -> u16 {
+            self.1
+        }
+    }
+
+    /// A pinned start over loopback to a server holding `served`; the
+    /// client pinned `pinned`. Returns what each side ended with.
+    fn run_pinned(
+        pinned: &Keypair,
+        served: &Keypair,
+        take: bool,
+    ) -> (Option<PinnedAnswered>, Result<PinnedServed, TransferError>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client_key = Keypair::generate();
+        std::thread::scope(|scope| {
+            let server = scope.spawn(|| {
+                let (mut s, _) = listener.accept().unwrap();
+                let pre = read_preamble(&mut s).unwrap();
+                assert_eq!(pre.kind, ConnKind::Pinned);
+                server_pinned(&mut s, &pre, served, &mut Takes(take, 4242))
+            });
+            let mut c = TcpStream::connect(addr).unwrap();
+            let wishes = HandshakeWishes { udp_port: true };
+            let got = client_pinned(&mut c, &client_key, &pinned.public, wishes, b"request");
+            let served = server.join().unwrap();
+            drop(c);
+            (got.unwrap(), served)
+        })
+    }
+
+    #[test]
+    fn a_pinned_start_carries_the_request_in_one_round_trip() {
+        let server_key = Keypair::generate();
+        let (c, s) = run_pinned(&server_key, &server_key, true);
+        let (c, early) = c.expect("answered");
+        let (s, request) = s.unwrap();
+        assert!(early);
+        assert_eq!(request.as_deref(), Some(&b"request"[..]));
+        assert_eq!(c.keys.session_id(), s.keys.session_id());
+        assert_eq!((c.udp_port, s.udp_port), (4242, 4242));
+        assert_eq!(c.peer, server_key.public);
+        // Refused early (a replay, a skewed clock): asked for again.
+        let (c, s) = run_pinned(&server_key, &server_key, false);
+        assert!(!c.unwrap().1);
+        assert_eq!(s.unwrap().1, None);
+    }
+
+    #[test]
+    fn a_server_whose_key_changed_closes_and_the_client_starts_over() {
+        let (pinned, now) = (Keypair::generate(), Keypair::generate());
+        let (c, s) = run_pinned(&pinned, &now, true);
+        assert!(c.is_none(), "the client is told to handshake in full");
+        assert!(matches!(s, Err(e) if e.code == ErrorCode::Auth));
     }
 
     /// The keys of a session, from a real handshake over loopback.

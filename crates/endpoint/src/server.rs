@@ -40,7 +40,9 @@ mod greetings;
 mod guards;
 mod memory;
 mod metrics;
+mod pinned;
 mod record;
+mod replays;
 mod sides;
 mod steps;
 use greetings::{Greeting, Greetings, Refused};
@@ -172,6 +174,8 @@ struct Server {
     /// The jobs this daemon runs (P-45), with a state directory; set once
     /// the server is shared, as its runs need it.
     jobs: std::sync::OnceLock<Arc<jobs::Service>>,
+    /// Pinned starts whose early request was taken (P-48).
+    replays: replays::Replays,
 }
 
 /// Binds and serves forever. `ready` is called with the bound address.
@@ -229,6 +233,7 @@ fn serve_with(listener: TcpListener, mut cfg: ServerConfig, page: Option<TcpList
         prekeyed,
         metrics: Arc::new(metrics::Metrics::new()),
         keyring: keyring::Keyring::default(),
+        replays: replays::Replays::default(),
     });
     if let Some(rx) = reloads {
         let server = server.clone();
@@ -377,14 +382,14 @@ impl Server {
                     );
                 }
             }
-            ConnKind::Control | ConnKind::Keyed => {
+            ConnKind::Control | ConnKind::Keyed | ConnKind::Pinned => {
                 let started = Instant::now();
                 let rec = Arc::new(record::Record::new(peer.clone()));
                 let id = self.metrics.begin(rec.clone());
-                let run = if pre.kind == ConnKind::Keyed {
-                    self.keyed_session(stream, &pre, greeting, &rec)
-                } else {
-                    self.session(stream, &pre, greeting, &rec)
+                let run = match pre.kind {
+                    ConnKind::Keyed => self.keyed_session(stream, &pre, greeting, &rec),
+                    ConnKind::Pinned => self.pinned_session(stream, &pre, greeting, &rec),
+                    _ => self.session(stream, &pre, greeting, &rec),
                 };
                 // One line per session that asked for something (issue 29).
                 self.metrics.end(id, &run, started.elapsed());
@@ -452,7 +457,7 @@ impl Server {
         let est = est?;
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
-        self.run_session(control, est, udp, progress, rec)
+        self.run_session(control, est, udp, progress, rec, None)
     }
 
     /// The control connection of the session whose keys the ssh greetings
@@ -466,12 +471,13 @@ impl Server {
     ) -> Result<String, TransferError> {
         let (control, est, udp, progress) = self.prekeyed.join(stream, pre)?;
         drop(greeting);
-        self.run_session(control, est, udp, progress, rec)
+        self.run_session(control, est, udp, progress, rec, None)
     }
 
     /// A session from the moment its control connection is keyed: the
     /// key admitted (`enter`), the request read and admitted (`grant`),
     /// the side built, the data path joined (`accept`), and the transfer.
+    /// `early`: the request a pinned start carried in message one (P-48).
     fn run_session(
         &self,
         control: DataConn,
@@ -479,6 +485,7 @@ impl Server {
         udp: Option<udp::UdpChannel>,
         progress: Arc<Progress>,
         rec: &record::Record,
+        early: Option<Vec<u8>>,
     ) -> Result<String, TransferError> {
         let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
         // Listed from now on, so data connections dialled right behind the
@@ -501,7 +508,7 @@ impl Server {
         ctrl_w
             .send_msg(&Msg::Welcome)
             .map_err(|e| TransferError::lost("welcoming the client", &e))?;
-        let req = match self.read_request(&mut ctrl_r) {
+        let req = match self.read_request(&mut ctrl_r, early) {
             Ok(req) => req,
             Err((e, true)) => return refuse(&mut ctrl_w, e),
             Err((e, false)) => return Err(e),

@@ -54,8 +54,8 @@ pub fn packed(d: &[u8]) {
     let _ = wire::packed::split(d);
 }
 
-/// The cleartext preamble and its reply (P-1, P-2), and the handshake's
-/// wishes and answer (P-3).
+/// The cleartext preamble and its reply (P-1, P-2), the handshake's
+/// wishes and answer (P-3), and a pinned start's opening (P-48).
 pub fn preamble(d: &[u8]) {
     if let Ok(p) = wire::Preamble::decode(d) {
         assert_eq!(wire::Preamble::decode(&p.encode()), Ok(p));
@@ -66,6 +66,9 @@ pub fn preamble(d: &[u8]) {
     }
     if let Ok(a) = wire::HandshakeAnswer::decode(d) {
         assert_eq!(&a.encode()[..], d);
+    }
+    if let Ok(o) = wire::PinnedOpening::decode(d) {
+        assert_eq!(o.encode(), d);
     }
 }
 
@@ -159,16 +162,30 @@ fn keypair() -> &'static secure::Keypair {
     K.get_or_init(secure::Keypair::generate)
 }
 
-/// The Noise handshake (P-3): the first byte picks a server reading
+/// The Noise handshakes (P-3, P-48): the first byte picks a server reading
 /// message one, a client reading message two, or a server reading message
-/// three after a real message one; the rest is that message. One of the
-/// three a run: each costs several X25519 operations, which set the pace.
+/// three after a real message one, of XX; or a server reading message one
+/// or a client reading message two of the pinned start (IK); the rest is
+/// that message. One of the five a run: each costs several X25519
+/// operations, which set the pace.
 pub fn handshake(d: &[u8]) {
     let Some((&pick, d)) = d.split_first() else {
         return;
     };
     let k = keypair();
-    match pick % 3 {
+    match pick % 5 {
+        3 => {
+            if let Ok((_, opened)) = secure::PinnedServer::respond(k, b"greeting", d) {
+                let _ = wire::PinnedOpening::decode(&opened.opening);
+            }
+        }
+        4 => {
+            if let Ok((client, _)) = secure::PinnedClient::start(k, &k.public, b"greeting", &[]) {
+                if let Ok((answer, _)) = client.finish(d) {
+                    let _ = wire::HandshakeAnswer::decode(&answer);
+                }
+            }
+        }
         0 => {
             if let Ok((_, wishes)) = secure::ServerHandshake::respond(k, b"greeting", d) {
                 let _ = wire::HandshakeWishes::decode(&wishes);

@@ -270,6 +270,14 @@ impl KnownHosts {
         self.entries.iter().any(|(h, _)| h == host)
     }
 
+    /// The key pinned for `host` (`name:port`), where exactly one is:
+    /// a pinned start (P-48) encrypts its first message to it.
+    pub fn pinned(&self, host: &str) -> Option<PublicKey> {
+        let mut keys = self.entries.iter().filter(|(h, _)| h == host).map(|e| e.1);
+        let first = keys.next()?;
+        keys.all(|k| k == first).then_some(first)
+    }
+
     /// Pins `key` for `host`, appending to the file.
     pub fn add(&mut self, host: &str, key: &PublicKey) -> Result<(), KeyError> {
         let werr = |source| KeyError::Write {

@@ -37,8 +37,8 @@ pub use msg::{PROTECT_AES256GCM, PROTECT_CHACHA20POLY1305, PROTECT_INTEGRITY_ONL
 pub use msg::{SHARE_BACKGROUND, SHARE_FAIR, SHARE_OFF};
 pub use msg::{TRANSPORT_TCP, TRANSPORT_UDP};
 pub use preamble::{
-    ConnKind, HandshakeAnswer, HandshakeWishes, Preamble, PreambleReply, MAGIC, PREAMBLE_LEN,
-    PROTOCOL_VERSION,
+    ConnKind, HandshakeAnswer, HandshakeWishes, PinnedOpening, Preamble, PreambleReply, MAGIC,
+    MAX_EARLY_REQUEST, PREAMBLE_LEN, PROTOCOL_VERSION,
 };
 
 /// Largest sealed frame body a peer may announce (P-4): a block of at most

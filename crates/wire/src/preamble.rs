@@ -23,8 +23,9 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// transfer split across hosts (P-42); version 15 a UDP port named only in
 /// `Accept`, opened once the client is authenticated (P-23, P-43);
 /// version 16 filter rules, sizes and ages in the request, `--ignore-existing`
-/// and the receiver's `Changes` (P-44).
-pub const PROTOCOL_VERSION: u16 = 22;
+/// and the receiver's `Changes` (P-44); version 23 the pinned start,
+/// Noise IK with the request in message one (P-48).
+pub const PROTOCOL_VERSION: u16 = 23;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
@@ -44,6 +45,9 @@ pub enum ConnKind {
     /// daemon uses the connection as one to that end, whose key it
     /// checks. Nothing else follows from the client.
     Relay,
+    /// A control connection to a server whose key the client has pinned
+    /// (P-48): Noise IK instead of XX, with the request in message one.
+    Pinned,
 }
 
 /// Client → server, first bytes of a connection.
@@ -66,6 +70,7 @@ impl Preamble {
             ConnKind::Data => 1,
             ConnKind::Keyed => 2,
             ConnKind::Relay => 3,
+            ConnKind::Pinned => 4,
         });
         w.bytes(&self.session).u16(self.stream);
         let mut out = [0u8; PREAMBLE_LEN];
@@ -87,6 +92,7 @@ impl Preamble {
             1 => ConnKind::Data,
             2 => ConnKind::Keyed,
             3 => ConnKind::Relay,
+            4 => ConnKind::Pinned,
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "connection kind",
@@ -188,21 +194,88 @@ pub struct HandshakeAnswer {
     /// The UDP port opened for this session, or 0: none asked for, or
     /// none could be opened (P-23).
     pub udp_port: u16,
+    /// A pinned start only (P-48): the server took the request that rode
+    /// in message one, and answers it behind message two. Otherwise the
+    /// client sends it again as its first control message.
+    pub early: bool,
 }
 
 impl HandshakeAnswer {
-    pub const LEN: usize = 2;
+    pub const LEN: usize = 3;
 
     pub fn encode(&self) -> [u8; Self::LEN] {
-        self.udp_port.to_le_bytes()
+        let p = self.udp_port.to_le_bytes();
+        [p[0], p[1], self.early as u8]
     }
 
-    /// Exactly two bytes.
+    /// Exactly three bytes; the flag is 0 or 1.
     pub fn decode(b: &[u8]) -> Result<HandshakeAnswer, DecodeError> {
         let mut r = Reader::new(b);
         let udp_port = r.u16()?;
+        let early = match r.u8()? {
+            0 => false,
+            1 => true,
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "early request flag",
+                    tag,
+                })
+            }
+        };
         r.finish()?;
-        Ok(HandshakeAnswer { udp_port })
+        Ok(HandshakeAnswer { udp_port, early })
+    }
+}
+
+/// Longest request that rides in a pinned start's message one (P-48,
+/// S-9): a larger one (many sources, long filter rules) is sent as the
+/// first control message instead.
+pub const MAX_EARLY_REQUEST: usize = 16 << 10;
+
+/// Message one's payload in a pinned start (P-48): encrypted to the
+/// server's static key and authenticated by the client's, but replayable
+/// by whoever recorded it, so the server takes the request only once and
+/// only while `time` is recent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedOpening {
+    pub wishes: HandshakeWishes,
+    /// The client's clock, seconds since the Unix epoch.
+    pub time: u64,
+    /// An encoded `Msg::Request`, at most [`MAX_EARLY_REQUEST`] bytes;
+    /// empty for none.
+    pub request: Vec<u8>,
+}
+
+impl PinnedOpening {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.bytes(&self.wishes.encode())
+            .u64(self.time)
+            .bytes(&self.request);
+        w.buf
+    }
+
+    /// Everything after the time is the request; a longer one than
+    /// [`MAX_EARLY_REQUEST`] is refused.
+    pub fn decode(b: &[u8]) -> Result<PinnedOpening, DecodeError> {
+        let mut r = Reader::new(b);
+        let wishes = HandshakeWishes::decode(r.bytes(HandshakeWishes::LEN)?)?;
+        let time = r.u64()?;
+        let len = r.remaining();
+        if len > MAX_EARLY_REQUEST {
+            return Err(DecodeError::TooLong {
+                what: "early request",
+                len,
+                max: MAX_EARLY_REQUEST,
+            });
+        }
+        let request = r.bytes(len)?.to_vec();
+        r.finish()?;
+        Ok(PinnedOpening {
+            wishes,
+            time,
+            request,
+        })
     }
 }
 
@@ -229,8 +302,24 @@ mod tests {
             let w = HandshakeWishes { udp_port };
             assert_eq!(HandshakeWishes::decode(&w.encode()).unwrap(), w);
         }
-        let a = HandshakeAnswer { udp_port: 40123 };
-        assert_eq!(HandshakeAnswer::decode(&a.encode()).unwrap(), a);
+        for early in [false, true] {
+            let a = HandshakeAnswer {
+                udp_port: 40123,
+                early,
+            };
+            assert_eq!(HandshakeAnswer::decode(&a.encode()).unwrap(), a);
+        }
+        let o = PinnedOpening {
+            wishes: HandshakeWishes { udp_port: true },
+            time: 1_800_000_000,
+            request: vec![1, 2, 3],
+        };
+        assert_eq!(PinnedOpening::decode(&o.encode()).unwrap(), o);
+        let long = PinnedOpening {
+            request: vec![0; MAX_EARLY_REQUEST + 1],
+            ..o
+        };
+        assert!(PinnedOpening::decode(&long.encode()).is_err());
     }
 
     #[test]
@@ -238,8 +327,9 @@ mod tests {
         assert!(HandshakeWishes::decode(&[]).is_err());
         assert!(HandshakeWishes::decode(&[2]).is_err());
         assert!(HandshakeWishes::decode(&[1, 0]).is_err());
-        assert!(HandshakeAnswer::decode(&[1]).is_err());
-        assert!(HandshakeAnswer::decode(&[1, 2, 3]).is_err());
+        assert!(HandshakeAnswer::decode(&[1, 2]).is_err());
+        assert!(HandshakeAnswer::decode(&[1, 2, 2]).is_err());
+        assert!(HandshakeAnswer::decode(&[1, 2, 0, 0]).is_err());
     }
 
     #[test]
@@ -261,6 +351,13 @@ mod tests {
             }
             if let Ok(a) = HandshakeAnswer::decode(&b) {
                 prop_assert_eq!(&a.encode()[..], &b[..]);
+            }
+        }
+
+        #[test]
+        fn pinned_openings_decode_to_what_they_encode(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(o) = PinnedOpening::decode(&b) {
+                prop_assert_eq!(o.encode(), b);
             }
         }
     }

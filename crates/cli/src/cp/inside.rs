@@ -82,5 +82,6 @@ fn report(c: object::Copied, duration: Duration) -> Report {
         udp: None,
         advised: false,
         timeline: Vec::new(),
+        early_request: false,
     }
 }

@@ -100,7 +100,7 @@ fn push_objects(
     let bar = Bar::start(conn.progress(), r.show);
     let got = conn.push_from(listed.entries, source, dest, flags);
     bar.finish();
-    let rep = finish(got, r.dialer)?;
+    let rep = finish(got, r.dialer, (r.peer.as_ref(), r.ssh))?;
     remember(r.peer.as_ref(), r.ssh, &rep);
     Ok(said(a, &rep, "push"))
 }
@@ -157,7 +157,7 @@ fn push_files(
     let many = sources.len() > 1;
     let got = conn.push(walked, scan, dest, a.recursive, many, contents);
     bar.finish();
-    let rep = finish(got, r.dialer)?;
+    let rep = finish(got, r.dialer, (r.peer.as_ref(), r.ssh))?;
     remember(r.peer.as_ref(), r.ssh, &rep);
     Ok(Said {
         partial,
@@ -179,7 +179,7 @@ fn pull_into_objects(
     let bar = Bar::start(conn.progress(), r.show);
     let got = conn.pull(sources, a.recursive, &sink);
     bar.finish();
-    finish(got, r.dialer)
+    finish(got, r.dialer, (r.peer.as_ref(), r.ssh))
 }
 
 /// The peer's files pulled into a local path (or standard output).
@@ -209,7 +209,7 @@ fn pull_into_path(
     let bar = Bar::start(conn.progress(), show);
     let got = conn.pull(sources, a.recursive, &sink);
     bar.finish();
-    finish(got, r.dialer).map_err(unmake)
+    finish(got, r.dialer, (r.peer.as_ref(), r.ssh)).map_err(unmake)
 }
 
 fn local_destination(dest: &str, many: bool, contents: bool) -> Result<Destination, TransferError> {
@@ -247,7 +247,7 @@ fn push_shard(
     let bar = Bar::start(conn.progress(), r.show);
     let got = conn.push_from(entries, source, dest, flags);
     bar.finish();
-    let rep = finish(got, r.dialer)?;
+    let rep = finish(got, r.dialer, (r.peer.as_ref(), r.ssh))?;
     if a.shard_status && !crate::shard::complete(&rep.notes) {
         let said: Vec<&str> = rep.notes.iter().map(|(_, n)| n.as_str()).collect();
         return Err(TransferError::new(
@@ -268,7 +268,18 @@ fn remember(peer: Option<&crate::reach::Peer>, ssh: bool, rep: &Report) {
 }
 
 /// Ends the ssh link once the transfer is over, and notes the route taken.
-fn finish(r: Result<Report, TransferError>, dialer: Dialer) -> Result<Report, TransferError> {
+/// A transfer whose path went silent forgets the datagram size its known
+/// path named, so the next one sets its UDP channel up afresh (P-48).
+fn finish(
+    r: Result<Report, TransferError>,
+    dialer: Dialer,
+    (peer, ssh): (Option<&crate::reach::Peer>, bool),
+) -> Result<Report, TransferError> {
+    if let (Err(e), Some(peer)) = (&r, peer) {
+        if e.code == wire::ErrorCode::ConnectionLost {
+            crate::known_paths::forget_payload(peer, ssh);
+        }
+    }
     // Both ends are this haul's: the receiving end's errors are not a
     // server's.
     let here = dialer.is_here();

@@ -160,6 +160,22 @@ impl Env {
     }
 }
 
+/// Records a known path to the loopback daemon on `port` in the client's
+/// HAUL_HOME, as a push over the UDP channel with `payload`-byte
+/// datagrams (0: over TCP) would have left it.
+pub fn known_path(env: &Env, port: u16, payload: u64) {
+    let dir = env.home.join("known-paths");
+    fs::create_dir_all(&dir).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let saved = format!(
+        r#"{{"time":{now},"rate":50000000,"tcp_rate":100000000,"rtt_ms":0.2,"payload":{payload}}}"#
+    );
+    fs::write(dir.join(format!("127.0.0.1_{port}.json")), saved).unwrap();
+}
+
 /// Asserts success and returns stderr, printing both streams on failure.
 pub fn ok(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();

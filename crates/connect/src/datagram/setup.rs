@@ -27,6 +27,9 @@ use super::{open, seal_signal, Opened};
 
 /// Largest datagram tried: a 9000-byte MTU's payload.
 const JUMBO_MTU: usize = 9000;
+/// How long the server's responder, told to stop, still waits for the
+/// client's first datagram when none has come yet (P-48).
+const LATE_HELLO: Duration = Duration::from_secs(2);
 /// Early transfer datagrams the server keeps for the receiver.
 const BACKLOG: usize = 4096;
 /// After the hello's answer, the longest the client waits for its train's
@@ -61,6 +64,13 @@ pub struct Hello {
     /// Trains sent (one with each hello).
     trains: u16,
     sent: Instant,
+}
+
+impl Hello {
+    /// The largest datagram payload this host's route carries.
+    pub fn largest(&self) -> usize {
+        self.sizes[0]
+    }
 }
 
 /// What set-up found.
@@ -372,10 +382,21 @@ fn serve_within(
         meter: TrainMeter::default(),
         train_sent: false,
         backlog: Vec::new(),
+        data_from: None,
         replies: Vec::new(),
     };
     let mut batch = RecvBatch::default();
-    while !stop.load(Ordering::Acquire) {
+    let mut stopped = None;
+    loop {
+        // A pinned start's choice may overtake its hello (P-48): once told
+        // to stop, the responder still waits a while for the datagram that
+        // fixes the peer.
+        if stop.load(Ordering::Acquire) {
+            let at = *stopped.get_or_insert_with(Instant::now);
+            if channel.peer().is_some() || at.elapsed() >= LATE_HELLO {
+                break;
+            }
+        }
         // While a train arrives, a quiet socket soon means its last car
         // was lost: it is answered with what came.
         let wait = Duration::from_millis(if r.meter.is_open() { 2 } else { 20 });
@@ -400,6 +421,10 @@ struct Responder<'k> {
     meter: TrainMeter,
     train_sent: bool,
     backlog: Vec<Vec<u8>>,
+    /// Where the first transfer datagram came from: with no hello yet (a
+    /// pinned start's data follows its hello at once, P-48), it fixes the
+    /// peer, as it proves the session's keys as well as a hello does.
+    data_from: Option<SocketAddr>,
     /// Answers to send, each to the address its datagram came from.
     replies: Vec<(SocketAddr, Signal)>,
 }
@@ -437,9 +462,19 @@ impl Responder<'_> {
                     None => return,
                 }
             }
-            _ => {
+            other => {
+                let seq = match other {
+                    Opened::Chunk { seq, .. }
+                    | Opened::Parity { seq, .. }
+                    | Opened::Signal { seq, .. } => seq,
+                };
                 if self.backlog.len() < BACKLOG {
                     self.backlog.push(raw);
+                }
+                // Set-up's numbers (a hello for another session) fix
+                // nothing.
+                if seq >= DATA_SEQ_START {
+                    self.data_from.get_or_insert(from);
                 }
                 return;
             }
@@ -460,6 +495,11 @@ impl Responder<'_> {
     /// start), and the server's own train right behind the first
     /// `HelloAck`.
     fn answer(&mut self, channel: &mut UdpChannel) {
+        if let (None, Some(from)) = (channel.peer(), self.data_from) {
+            if let Err(e) = channel.connect(from) {
+                tracing::warn!("UDP channel: cannot connect to {from}: {e}");
+            }
+        }
         for (from, reply) in std::mem::take(&mut self.replies) {
             if matches!(reply, Signal::HelloAck(_)) && channel.peer().is_none() {
                 // Only an authenticated hello fixes the peer.
@@ -578,6 +618,32 @@ mod tests {
             stop.store(true, Ordering::Release);
             let (server, _) = h.join().unwrap();
             assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
+        });
+    }
+
+    /// A pinned start's data follows its hello at once (P-48): with the
+    /// hello lost, its first authenticated datagram fixes the peer, and
+    /// the data waits for the receiver.
+    #[test]
+    fn data_without_a_hello_fixes_the_peer_and_is_kept() {
+        let (c2s, s2c) = keys();
+        let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
+            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            c.connect(addr).unwrap();
+            let forged = seal_signal(&s2c, DATA_SEQ_START, &Signal::Ping);
+            c.send(&forged, forged.len(), Duration::from_millis(100))
+                .unwrap();
+            let d = seal_signal(&c2s, DATA_SEQ_START, &Signal::Ping);
+            c.send(&d, d.len(), Duration::from_millis(100)).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            stop.store(true, Ordering::Release);
+            let (server, backlog) = h.join().unwrap();
+            assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
+            assert_eq!(backlog, vec![d], "only the datagram that opened is kept");
         });
     }
 

@@ -83,6 +83,10 @@ pub struct KnownPath {
     /// sized for a quarter more than the larger of the two.
     pub tcp_rate: u64,
     pub rtt: Duration,
+    /// The UDP payload a push over the channel used, bytes; 0 if none.
+    /// A pinned start sends data right behind its hello at this size
+    /// (P-48).
+    pub udp_payload: u64,
 }
 
 impl KnownPath {

@@ -20,7 +20,7 @@ use connect::net::{self, BufferLimits, Tuning};
 use connect::progress::{Mark, Progress};
 use connect::sizing::{size_udp_buffers, udp_buffer};
 
-use super::config::{choose_transport, ClientConfig, ServerTrust, Transport};
+use super::config::{choose_transport, ClientConfig, KnownPath, ServerTrust, Transport};
 use super::report::Tail;
 use super::route::SshRoute;
 
@@ -30,13 +30,20 @@ use super::route::SshRoute;
 pub(super) const ZERO_WAIT_MIN: Duration = Duration::from_millis(20);
 pub(super) const ZERO_WAIT_MAX: Duration = Duration::from_millis(200);
 
-/// An authenticated control connection, ready for one request.
+/// A control connection, ready for one request: authenticated, or dialled
+/// to a server whose key is pinned and waiting to carry the request in its
+/// pinned start (P-48).
 pub struct Connected {
     pub(super) cfg: ClientConfig,
     pub(super) addr: SocketAddr,
-    pub(super) ctrl_r: FrameReader,
-    pub(super) ctrl_w: FrameWriter,
-    pub(super) keys: secure::SessionKeys,
+    /// The keyed control connection; `None` while `pending`.
+    pub(super) ctrl: Option<Control>,
+    /// Dialled, not yet keyed: the pinned start waits for the request.
+    pub(super) pending: Option<TcpStream>,
+    /// The request rode in the pinned start, and the server took it.
+    pub(super) early: bool,
+    /// The round trip the handshake measured; while `pending`, the known
+    /// path's.
     pub(super) rtt: Duration,
     /// The UDP port the server opened in the handshake, or 0 (P-23).
     pub(super) udp_port: u16,
@@ -52,11 +59,19 @@ pub struct Connected {
     pub(super) server_key: Option<secure::PublicKey>,
 }
 
+/// The keyed control connection and the session's keys.
+pub(super) struct Control {
+    pub(super) r: FrameReader,
+    pub(super) w: FrameWriter,
+    pub(super) keys: secure::SessionKeys,
+}
+
 /// The client's UDP socket once its hello has gone (P-23), with the
 /// session's datagram keys.
 pub(super) struct HelloSent {
     channel: udp::UdpChannel,
     hello: setup::Hello,
+    session: [u8; 16],
     send_key: secure::DatagramKey,
     recv_key: secure::DatagramKey,
 }
@@ -211,6 +226,21 @@ fn check_server(cfg: &ClientConfig, key: &PublicKey) -> Result<(), TransferError
     }
 }
 
+/// The key pinned for the server, where a pinned start may be made
+/// (P-48): a daemon whose key is pinned, on a path measured before (its
+/// round trip sizes the request), reached directly.
+fn pinned_key(cfg: &ClientConfig) -> Option<PublicKey> {
+    let ServerTrust::KnownHosts(path) = &cfg.trust else {
+        return None;
+    };
+    if cfg.known_path.is_none() || cfg.relay.is_some() {
+        return None;
+    }
+    KnownHosts::load(path)
+        .ok()?
+        .pinned(&format!("{}:{}", cfg.host, cfg.port))
+}
+
 impl Connected {
     pub fn connect(cfg: ClientConfig) -> Result<Connected, TransferError> {
         let started = Instant::now();
@@ -246,45 +276,152 @@ impl Connected {
         }))
     }
 
-    /// Authenticates over a connection [`Connected::dial_first`] made.
+    /// Authenticates over a connection [`Connected::dial_first`] made; to a
+    /// server whose key is pinned, on a path already measured, the
+    /// handshake waits for the request, to carry it (P-48).
     pub fn establish(
         cfg: ClientConfig,
         addr: SocketAddr,
-        mut stream: TcpStream,
+        stream: TcpStream,
         started: Instant,
     ) -> Result<Connected, TransferError> {
-        let connected = Instant::now();
-        // Any transport but TCP may end on the UDP channel: ask for its
-        // socket now, so the hello can ride behind the request (P-23).
-        let wishes = wire::HandshakeWishes {
-            udp_port: cfg.transport != Transport::Tcp,
-        };
-        let est = handshake::client(&mut stream, &cfg.identity, wishes, |key| {
-            check_server(&cfg, key)
-        })?;
         let progress = Arc::new(Progress::default());
-        progress.timeline.mark_at(Mark::Connected, connected);
-        progress.timeline.mark(Mark::Authenticated);
-        let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, true, &progress)?;
-        // The server's welcome (or refusal) is read after the request is
-        // sent: the request rides right behind the handshake, one round
-        // trip sooner (P-22).
-        let (ctrl_r, ctrl_w) = (control.reader, control.writer);
-        Ok(Connected {
+        progress.timeline.mark(Mark::Connected);
+        let pinned = pinned_key(&cfg);
+        let mut c = Connected {
+            rtt: cfg.known_path.map_or(Duration::ZERO, |k| k.rtt),
             cfg,
             addr,
-            ctrl_r,
-            ctrl_w,
-            keys: est.keys,
-            rtt: est.rtt,
-            udp_port: est.udp_port,
+            ctrl: None,
+            pending: None,
+            early: false,
+            udp_port: 0,
             started,
             progress,
             echo_span: None,
             echo: None,
             route: None,
-            server_key: Some(est.peer),
+            server_key: pinned,
+        };
+        match pinned {
+            Some(_) => c.pending = Some(stream),
+            None => c.handshake(stream)?,
+        }
+        Ok(c)
+    }
+
+    /// What the client wishes for in its handshake: any transport but TCP
+    /// may end on the UDP channel, so its socket is asked for now, and the
+    /// hello can ride behind the request (P-23).
+    fn wishes(&self) -> wire::HandshakeWishes {
+        wire::HandshakeWishes {
+            udp_port: self.cfg.transport != Transport::Tcp,
+        }
+    }
+
+    /// Noise XX, which checks the server's key against the pins.
+    fn handshake(&mut self, mut stream: TcpStream) -> Result<(), TransferError> {
+        let cfg = &self.cfg;
+        let est = handshake::client(&mut stream, &cfg.identity, self.wishes(), |key| {
+            check_server(cfg, key)
+        })?;
+        self.keyed_by(stream, est)
+    }
+
+    /// The pinned start (P-48), carrying `request` (an encoded request, or
+    /// nothing). Returns whether the server took the request. A server
+    /// that cannot read it (its key changed) is dialled again for XX,
+    /// whose check says so.
+    fn pinned_start(
+        &mut self,
+        mut stream: TcpStream,
+        request: &[u8],
+    ) -> Result<bool, TransferError> {
+        let Some(key) = self.server_key else {
+            self.handshake(stream)?;
+            return Ok(false);
+        };
+        let wishes = self.wishes();
+        match handshake::client_pinned(&mut stream, &self.cfg.identity, &key, wishes, request)? {
+            Some((est, early)) => {
+                self.keyed_by(stream, est)?;
+                Ok(early)
+            }
+            None => {
+                tracing::info!("the pinned start was not answered; handshaking in full");
+                let stream = dial(&self.addr, &self.cfg)?;
+                self.handshake(stream)?;
+                Ok(false)
+            }
+        }
+    }
+
+    fn keyed_by(
+        &mut self,
+        stream: TcpStream,
+        est: handshake::Established,
+    ) -> Result<(), TransferError> {
+        self.progress.timeline.mark(Mark::Authenticated);
+        let control = keyed(
+            stream,
+            &est.keys,
+            0,
+            CONTROL_PROTECTION,
+            true,
+            &self.progress,
+        )?;
+        self.ctrl = Some(Control {
+            r: control.reader,
+            w: control.writer,
+            keys: est.keys,
+        });
+        self.rtt = est.rtt;
+        self.udp_port = est.udp_port;
+        self.server_key = Some(est.peer);
+        Ok(())
+    }
+
+    /// The keyed control connection; a pending one is keyed now, with no
+    /// request to carry.
+    pub(super) fn ctrl(&mut self) -> Result<&mut Control, TransferError> {
+        if let Some(stream) = self.pending.take() {
+            self.pinned_start(stream, &[])?;
+        }
+        self.ctrl.as_mut().ok_or_else(|| {
+            TransferError::new(
+                ErrorCode::Protocol,
+                "the control connection was never keyed",
+            )
         })
+    }
+
+    /// The keyed control connection, taken for the engine.
+    pub(super) fn take_ctrl(&mut self) -> Result<Control, TransferError> {
+        self.ctrl()?;
+        self.ctrl.take().ok_or_else(|| {
+            TransferError::new(
+                ErrorCode::Protocol,
+                "the control connection was never keyed",
+            )
+        })
+    }
+
+    /// Sends `req`: in the pinned start where one is pending (P-48), else
+    /// as the first control message. The outer error is the handshake's;
+    /// the inner one, the send's, is reported after the server's welcome
+    /// or refusal, which explains it better.
+    pub(super) fn send_request(
+        &mut self,
+        req: &Request,
+    ) -> Result<std::io::Result<()>, TransferError> {
+        let msg = Msg::Request(req.clone());
+        if let Some(stream) = self.pending.take() {
+            if self.pinned_start(stream, &msg.encode())? {
+                self.early = true;
+                return Ok(Ok(()));
+            }
+        }
+        Ok(self.ctrl()?.w.send_msg(&msg))
     }
 
     /// The daemon's key, as its handshake proved it; `None` for a session
@@ -304,7 +441,7 @@ impl Connected {
 
     /// Reads the server's welcome: it accepted our key and has room.
     pub(super) fn await_welcome(&mut self) -> Result<(), TransferError> {
-        let r = &mut self.ctrl_r;
+        let r = &mut self.ctrl()?.r;
         r.get_ref()
             .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
             .ok();
@@ -410,20 +547,30 @@ impl Connected {
         // is idle, not while it reads the request and sets the session up.
         // A server that named none there opens its socket once it knows
         // the client, and names it in `Accept`: the hello then follows that.
+        // A pinned start carries the request in its first message: the
+        // hello follows the answer that names the port (P-48).
+        let pinned = self.pending.is_some();
+        let mut sent = match pinned {
+            true => self.send_request(&req)?,
+            false => Ok(()),
+        };
         let late_udp = asked_udp && self.udp_port == 0;
         let hello = (asked_udp && !late_udp).then(|| self.udp_hello());
-        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
+        if !pinned {
+            sent = self.send_request(&req)?;
+        }
         // So do the data connections, all at once: the server holds their
         // joins until it accepts (P-20), so their round trip overlaps the
         // answer's instead of following it, one per connection.
         // A keyed session's streams wait for its direct check, so that
         // none joins twice by two routes.
         let joining = (!asked_udp && requested > 0 && sent.is_ok() && self.route.is_none())
-            .then(|| self.dial_streams(requested));
+            .then(|| self.dial_streams(requested))
+            .transpose()?;
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("sending the request", &e))?;
-        let (session, streams, udp_port, server_gated) = match self.ctrl_r.read_msg() {
+        let (session, streams, udp_port, server_gated) = match self.ctrl()?.r.read_msg() {
             Ok(Some(Msg::Accept {
                 session,
                 streams,
@@ -461,7 +608,7 @@ impl Connected {
             self.rtt = asked_at.elapsed();
             hello = self.settle_route(hello)?;
         }
-        let refusal = if session != self.keys.session_id() {
+        let refusal = if session != self.ctrl()?.keys.session_id() {
             Some("server named another session".to_string())
         } else if streams == 0 || streams > requested {
             Some(format!(
@@ -477,7 +624,7 @@ impl Connected {
         };
         if let Some(message) = refusal {
             // Tell the server, so it stops waiting for data connections.
-            let _ = self.ctrl_w.send_msg(&Msg::Error {
+            let _ = self.ctrl()?.w.send_msg(&Msg::Error {
                 code: ErrorCode::Protocol,
                 message: message.clone(),
             });
@@ -485,7 +632,11 @@ impl Connected {
         }
         let progress = self.progress();
         if let Some(hello) = hello {
-            match hello.and_then(|h| self.udp_setup(h)) {
+            let known = self.known_udp(pinned);
+            match hello.and_then(|h| match known {
+                Some(k) => self.udp_known(h, k),
+                None => self.udp_setup(h),
+            }) {
                 Ok((link, from_server)) => {
                     if let Some(span) = self.echo_span {
                         self.echo = Some(datagram::echo::measure(
@@ -497,7 +648,8 @@ impl Connected {
                             span,
                         ));
                     }
-                    self.ctrl_w
+                    self.ctrl()?
+                        .w
                         .send_msg(&Msg::UseTransport {
                             udp_payload: link.payload as u16,
                             path_rate: from_server,
@@ -508,7 +660,7 @@ impl Connected {
                 }
                 Err(why) if self.cfg.transport == Transport::Udp => {
                     let message = format!("UDP data channel failed: {why}; try --transport tcp");
-                    let _ = self.ctrl_w.send_msg(&Msg::Error {
+                    let _ = self.ctrl()?.w.send_msg(&Msg::Error {
                         code: ErrorCode::Connect,
                         message: message.clone(),
                     });
@@ -521,7 +673,8 @@ impl Connected {
                         ));
                     }
                     tracing::info!("UDP data channel unavailable ({why}); using TCP streams");
-                    self.ctrl_w
+                    self.ctrl()?
+                        .w
                         .send_msg(&Msg::UseTransport {
                             udp_payload: 0,
                             path_rate: 0,
@@ -531,7 +684,10 @@ impl Connected {
             }
         }
         Progress::set(&progress.streams, streams as u64);
-        let mut joining = joining.unwrap_or_else(|| self.dial_streams(streams));
+        let mut joining = match joining {
+            Some(j) => j,
+            None => self.dial_streams(streams)?,
+        };
         // Connections beyond those accepted are closed (no server asks
         // for fewer today).
         joining.truncate(streams as usize);
@@ -554,7 +710,8 @@ impl Connected {
 
     /// Dials data connections `1..=streams` and joins them to the session
     /// (P-20), each on its own thread.
-    fn dial_streams(&mut self, streams: u16) -> Joining {
+    fn dial_streams(&mut self, streams: u16) -> Result<Joining, TransferError> {
+        let keys = self.ctrl()?.keys.clone();
         // The RTT is known now: where buffers can be forced, size each data
         // connection's to its share of the path's BDP instead of the maximum.
         let mut tuning = self.cfg.tuning.clone();
@@ -564,9 +721,9 @@ impl Connected {
         let dialer = Dialer::new(&self.cfg, tuning);
         // A keyed session's direct check left a connection: stream 1.
         let mut spare = self.route.as_mut().and_then(|r| r.spare.take());
-        (1..=streams)
+        let joining = (1..=streams)
             .map(|i| {
-                let (dialer, addr, keys) = (dialer.clone(), self.data_addr(), self.keys.clone());
+                let (dialer, addr, keys) = (dialer.clone(), self.data_addr(), keys.clone());
                 let (protection, progress) = (self.cfg.protection, self.progress());
                 let ready = spare.take();
                 std::thread::spawn(move || {
@@ -580,15 +737,17 @@ impl Connected {
                     client_join(s, &keys, i, protection, &progress)
                 })
             })
-            .collect()
+            .collect();
+        Ok(joining)
     }
 
     /// Opens the client's UDP socket and sends the hello to the port the
     /// server opened in the handshake (P-23).
-    pub(super) fn udp_hello(&self) -> Result<HelloSent, String> {
+    pub(super) fn udp_hello(&mut self) -> Result<HelloSent, String> {
         if self.udp_port == 0 {
             return Err("the server offered no UDP port".into());
         }
+        let keys = self.ctrl().map_err(|e| e.message)?.keys.clone();
         let server = SocketAddr::new(self.data_addr().ip(), self.udp_port);
         let local: SocketAddr = if server.is_ipv6() {
             "[::]:0".parse().expect("literal")
@@ -596,12 +755,13 @@ impl Connected {
             "0.0.0.0:0".parse().expect("literal")
         };
         let mut channel = udp::UdpChannel::bind(local).map_err(|e| e.to_string())?;
-        let (send_key, recv_key) = datagram::keys(&self.keys, self.cfg.protection, true);
-        let hello = setup::client_hello(&mut channel, server, self.keys.session_id(), &send_key)
+        let (send_key, recv_key) = datagram::keys(&keys, self.cfg.protection, true);
+        let hello = setup::client_hello(&mut channel, server, keys.session_id(), &send_key)
             .map_err(|e| e.0)?;
         Ok(HelloSent {
             channel,
             hello,
+            session: keys.session_id(),
             send_key,
             recv_key,
         })
@@ -615,38 +775,71 @@ impl Connected {
         let HelloSent {
             mut channel,
             hello,
+            session,
             send_key,
             recv_key,
         } = sent;
-        let found = setup::client(
-            &mut channel,
-            hello,
-            self.keys.session_id(),
-            &send_key,
-            &recv_key,
-            self.rtt,
-        )
-        .map_err(|e| e.0)?;
+        let found = setup::client(&mut channel, hello, session, &send_key, &recv_key, self.rtt)
+            .map_err(|e| e.0)?;
         tracing::debug!(
             "UDP set-up: {} B datagrams; trains crossed at {:?} B/s to the server, {:?} B/s from it",
             found.payload,
             found.to_server,
             found.from_server
         );
+        let link = self.udp_link(
+            channel,
+            (send_key, recv_key),
+            found.payload,
+            found.to_server,
+        );
+        Ok((link, found.from_server.unwrap_or(0)))
+    }
+
+    /// The link over a set-up channel, its buffers sized to the path.
+    fn udp_link(
+        &self,
+        channel: udp::UdpChannel,
+        (send_key, recv_key): (secure::DatagramKey, secure::DatagramKey),
+        payload: usize,
+        path_rate: Option<u64>,
+    ) -> UdpLink {
         let want = udp_buffer(self.rtt, self.cfg.rate);
         size_udp_buffers(&channel, want, &self.cfg.tuning, &self.progress);
-        let link = UdpLink {
+        UdpLink {
             channel,
             send_key,
             recv_key,
-            payload: found.payload,
+            payload,
             rtt: self.rtt,
-            path_rate: found.to_server,
+            path_rate,
             workers: datagram::workers(),
             backlog: Vec::new(),
             silence: self.cfg.tuning.timeout,
-        };
-        Ok((link, found.from_server.unwrap_or(0)))
+        }
+    }
+
+    /// The datagram size and rate of the known path, where a pinned start
+    /// may send data right behind its hello (P-48): the path measured
+    /// both, at about this round trip, and its datagrams fit this host's
+    /// route. `haul probe` always sets the channel up, to measure it.
+    fn known_udp(&self, pinned: bool) -> Option<KnownPath> {
+        let k = self.cfg.known_path?;
+        (pinned && self.echo_span.is_none() && k.udp_payload > 0 && k.fits(self.rtt)).then_some(k)
+    }
+
+    /// The UDP channel of a known path, without set-up's round trip: the
+    /// hello has gone, and the data follows it at once (P-48). The server
+    /// keeps what arrives before the client's choice. With the link, the
+    /// known rate, for `UseTransport` (a pull's server starts at it).
+    fn udp_known(&self, sent: HelloSent, k: KnownPath) -> Result<(UdpLink, u64), String> {
+        let payload = k.udp_payload as usize;
+        if payload > sent.hello.largest() || payload < wire::datagram::MIN_PAYLOAD as usize {
+            return self.udp_setup(sent);
+        }
+        tracing::debug!("UDP: the known path's {payload} B datagrams, no set-up");
+        let keys = (sent.send_key, sent.recv_key);
+        Ok((self.udp_link(sent.channel, keys, payload, None), k.rate))
     }
 
     /// The counters of this connection, for a progress display.
@@ -659,6 +852,7 @@ impl Connected {
             progress: self.progress.clone(),
             started: self.started,
             rtt: self.rtt,
+            early: self.early,
             protection: self.cfg.protection,
             dry_run: self.cfg.sync.dry_run,
             advised: self.cfg.advice.is_some()

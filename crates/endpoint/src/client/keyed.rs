@@ -17,7 +17,7 @@ use connect::join::client_keyed_control;
 use connect::progress::{Mark, Progress};
 
 use super::config::{choose_transport, ClientConfig, Transport, AUTO_UDP_RTT};
-use super::connected::{Connected, HelloSent};
+use super::connected::{Connected, Control, HelloSent};
 use super::route::SshRoute;
 
 impl Connected {
@@ -43,9 +43,13 @@ impl Connected {
         Ok(Connected {
             cfg,
             addr,
-            ctrl_r: control.reader,
-            ctrl_w: control.writer,
-            keys,
+            ctrl: Some(Control {
+                r: control.reader,
+                w: control.writer,
+                keys,
+            }),
+            pending: None,
+            early: false,
             rtt,
             udp_port,
             started,
@@ -86,7 +90,7 @@ impl Connected {
                     let message = format!(
                         "--transport udp needs a direct path to {host} ({why}), and the ssh channel carries only TCP; drop --transport udp to let the data go through ssh"
                     );
-                    let _ = self.ctrl_w.send_msg(&Msg::Error {
+                    let _ = self.ctrl()?.w.send_msg(&Msg::Error {
                         code: ErrorCode::Connect,
                         message: message.clone(),
                     });
@@ -98,7 +102,8 @@ impl Connected {
                     ));
                 }
                 if hello.is_some() {
-                    self.ctrl_w
+                    self.ctrl()?
+                        .w
                         .send_msg(&Msg::UseTransport {
                             udp_payload: 0,
                             path_rate: 0,
@@ -115,7 +120,8 @@ impl Connected {
                     && self.cfg.advice.is_none()
                     && choose_transport(Transport::Auto, self.rtt) == Transport::Tcp
                 {
-                    self.ctrl_w
+                    self.ctrl()?
+                        .w
                         .send_msg(&Msg::UseTransport {
                             udp_payload: 0,
                             path_rate: 0,

@@ -37,7 +37,7 @@ impl Connected {
         req.contents = ask.contents;
         req.many_sources = ask.many_sources;
         req.sync = ask.sync;
-        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
+        let sent = self.send_request(&req)?;
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("asking for a grant", &e))?;
         match self.read_answer("a grant")? {
@@ -49,14 +49,14 @@ impl Connected {
     /// Opens a job session: calls and answers from now on.
     pub fn jobs(mut self) -> Result<JobSession, TransferError> {
         let req = self.build_request(Op::Job, Vec::new(), 1);
-        let sent = self.ctrl_w.send_msg(&Msg::Request(req));
+        let sent = self.send_request(&req)?;
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("opening a job session", &e))?;
         Ok(JobSession { conn: self })
     }
 
     fn read_answer(&mut self, what: &str) -> Result<Msg, TransferError> {
-        match self.ctrl_r.read_msg() {
+        match self.ctrl()?.r.read_msg() {
             Ok(Some(Msg::Error { code, message })) => {
                 Err(TransferError::new(code, format!("server: {message}")))
             }
@@ -86,7 +86,8 @@ impl JobSession {
     /// Sends one call (JSON).
     pub fn call(&mut self, call: &[u8]) -> Result<(), TransferError> {
         self.conn
-            .ctrl_w
+            .ctrl()?
+            .w
             .send_msg(&Msg::JobCall(call.to_vec()))
             .map_err(|e| TransferError::lost("sending a job call", &e))
     }

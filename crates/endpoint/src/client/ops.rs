@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use session::{ReceiverSession, SenderSession};
 use store::{BlockSink, BlockSource, Sink, Sources, Walked};
-use wire::{ErrorCode, Msg, Op, Request};
+use wire::{ErrorCode, Op, Request};
 
 use super::config::Transport;
 use super::connected::{Connected, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
@@ -161,15 +161,8 @@ impl Connected {
             share: self.cfg.share,
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
-        let r = run_sender(
-            self.ctrl_r,
-            self.ctrl_w,
-            path,
-            session,
-            sources,
-            how,
-            &progress,
-        )?;
+        let ctrl = self.take_ctrl()?;
+        let r = run_sender(ctrl.r, ctrl.w, path, session, sources, how, &progress)?;
         let sent = (r.retransmitted, r.endgame_copies);
         Ok(tail.report(r.summary, streams, sent, window))
     }
@@ -213,8 +206,7 @@ impl Connected {
         };
         // Zero blocks match nothing the receiver holds: nothing to gate.
         req.sync.dedup = false;
-        self.ctrl_w
-            .send_msg(&Msg::Request(req))
+        self.send_request(&req)?
             .map_err(|e| TransferError::lost("sending the request", &e))?;
         let sources = Sources::new(walked.paths)
             .stamped(&walked.entries, &walked.inodes)
@@ -227,13 +219,14 @@ impl Connected {
             compress: self.cfg.compress,
             start_rate: None,
             known_rate: None,
-            answer: Some(self.keys.session_id()),
+            answer: Some(self.ctrl()?.keys.session_id()),
             share: self.cfg.share,
         };
         let (progress, tail) = (self.progress.clone(), self.tail());
+        let ctrl = self.take_ctrl()?;
         let r = run_sender(
-            self.ctrl_r,
-            self.ctrl_w,
+            ctrl.r,
+            ctrl.w,
             SendPath::Tcp(Vec::new()),
             session,
             &sources,
@@ -289,7 +282,7 @@ impl Connected {
 
     /// Runs the receiving side of an accepted request.
     fn receive(
-        self,
+        mut self,
         plan: DataPlan,
         sink: &dyn BlockSink,
         opts: &transfer::ReceiveOptions,
@@ -316,15 +309,8 @@ impl Connected {
         if gated {
             transfer::gate_receiver(&mut session, opts);
         }
-        let summary = run_receiver(
-            self.ctrl_r,
-            self.ctrl_w,
-            path,
-            session,
-            sink,
-            opts,
-            &progress,
-        )?;
+        let ctrl = self.take_ctrl()?;
+        let summary = run_receiver(ctrl.r, ctrl.w, path, session, sink, opts, &progress)?;
         Ok(tail.report(summary, streams, (0, 0), window))
     }
 
@@ -410,7 +396,8 @@ impl Connected {
         };
         let session =
             tunnel_driver::Session::start(tunnel::Role::Client, opts, conns, self.progress.clone());
-        session.watch(self.ctrl_r, self.ctrl_w);
+        let ctrl = self.take_ctrl()?;
+        session.watch(ctrl.r, ctrl.w);
         Ok(session)
     }
 }

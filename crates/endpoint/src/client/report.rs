@@ -83,6 +83,9 @@ pub struct Report {
     pub advised: bool,
     /// Seconds from dialling to each step of the session reached.
     pub timeline: Vec<(Mark, f64)>,
+    /// The request rode in a pinned start's first message, and the
+    /// server took it (P-48).
+    pub early_request: bool,
 }
 
 /// What the report needs once the connection is consumed.
@@ -90,6 +93,7 @@ pub(super) struct Tail {
     pub(super) progress: Arc<Progress>,
     pub(super) started: Instant,
     pub(super) rtt: Duration,
+    pub(super) early: bool,
     pub(super) protection: Protection,
     pub(super) dry_run: bool,
     pub(super) advised: bool,
@@ -149,6 +153,7 @@ impl Tail {
             stream_window: window,
             advised: self.advised,
             timeline: p.timeline.since(self.started),
+            early_request: self.early,
         }
     }
 }

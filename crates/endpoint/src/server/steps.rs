@@ -164,7 +164,17 @@ impl Server {
     pub(super) fn read_request(
         &self,
         ctrl_r: &mut FrameReader,
+        early: Option<Vec<u8>>,
     ) -> Result<Request, (TransferError, bool)> {
+        if let Some(bytes) = early {
+            return match Msg::decode(&bytes) {
+                Ok(Msg::Request(r)) => Ok(r),
+                _ => Err((
+                    TransferError::new(ErrorCode::Protocol, "client sent no request"),
+                    true,
+                )),
+            };
+        }
         ctrl_r
             .get_ref()
             .set_read_timeout(Some(handshake::HANDSHAKE_TIMEOUT))
