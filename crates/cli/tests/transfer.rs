@@ -329,6 +329,80 @@ fn a_pinned_start_carries_the_request_to_a_known_host() {
     }
 }
 
+/// A relay on loopback to `to` that keeps what each connection's client
+/// sent first (its first 4 KiB), for replaying.
+fn recording_relay(to: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let firsts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = firsts.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming().take(16) {
+            let Ok(mut c) = c else { return };
+            let Ok(mut s) = TcpStream::connect(("127.0.0.1", to)) else {
+                return;
+            };
+            let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+            let kept = kept.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                let mut first = true;
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    if std::mem::take(&mut first) {
+                        kept.lock().unwrap().push(buf[..n].to_vec());
+                    }
+                }
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (port, firsts)
+}
+
+/// A pinned start recorded on the path and replayed to the daemon gets
+/// its greeting's reply and nothing more: no message two, no session
+/// (P-48's replay rule), while the true client's went through.
+#[test]
+fn a_replayed_pinned_start_is_closed_unanswered() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    let server = env.serve();
+    let (relay, firsts) = recording_relay(server.port);
+    let src = env.local.join("r.bin");
+    write_file(&src, &random_bytes(1 << 20, 49));
+    let dest = format!("127.0.0.1:{relay}:r.bin");
+    let push = || {
+        let out = env.cp(&["--json", "--transport", "udp", src.to_str().unwrap(), &dest]);
+        ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    push();
+    known_path(&env, relay, 0);
+    let json = push();
+    assert_eq!(json["request_in_handshake"], true, "{json}");
+    let opening = firsts.lock().unwrap().last().unwrap().clone();
+    assert_eq!(opening[6], 4, "a pinned preamble was recorded");
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(&opening).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("closed, not timed out");
+    assert_eq!(got.len(), 7, "the reply, and nothing after it: {got:?}");
+    assert!(&got[..4] == b"HAUL");
+    let log = server.log.lock().unwrap().clone();
+    assert!(log.contains("seen before"), "{log}");
+}
+
 #[test]
 fn trailing_slash_copies_a_directorys_contents_like_rsync() {
     let env = Env::new();

@@ -341,12 +341,14 @@ pub fn client_pinned(
 }
 
 /// What the server decides from a pinned start's message one before it
-/// answers: whether the client's key may come in at all, whether to take
-/// the request it carries (P-48: once, and only while recent), and the
-/// UDP port to name.
+/// answers (P-48): whether the client's key may come in at all, whether
+/// an admitted key's message is fresh (recent, and never seen before: a
+/// replay is closed with nothing sent), whether the request it carries may be acted
+/// on before the client's next flight, and the UDP port to name.
 pub trait PinnedPolicy {
+    fn fresh(&mut self, ephemeral: &[u8; 32], time: u64) -> bool;
     fn admits(&mut self, client: &PublicKey) -> bool;
-    fn takes_early(&mut self, ephemeral: &[u8; 32], time: u64, request: &[u8]) -> bool;
+    fn takes_early(&mut self, request: &[u8]) -> bool;
     fn open_udp(&mut self) -> u16;
 }
 
@@ -376,9 +378,15 @@ pub fn server_pinned(
     // An unknown key is refused as in XX: after the handshake, in words
     // (`run_session`); it only never gets its request taken early.
     let admitted = policy.admits(&opened.client);
-    let early = admitted
-        && !opening.request.is_empty()
-        && policy.takes_early(&opened.ephemeral, opening.time, &opening.request);
+    // A replayed message one, or one whose clock is far from ours, gets
+    // no session: the client starts over with XX, as after a key change.
+    if admitted && !policy.fresh(&opened.ephemeral, opening.time) {
+        return Err(TransferError::new(
+            ErrorCode::Auth,
+            "a pinned start seen before or stamped too far from this host's clock (a replay, or a skewed clock); closed so the client handshakes in full",
+        ));
+    }
+    let early = admitted && !opening.request.is_empty() && policy.takes_early(&opening.request);
     let udp_port = if opening.wishes.udp_port && admitted {
         policy.open_udp()
     } else {
@@ -431,11 +439,13 @@ pub(crate) mod tests {
     struct Takes(bool, u16);
 
     impl PinnedPolicy for Takes {
+        fn fresh(&mut self, _: &[u8; 32], time: u64) -> bool {
+            time.abs_diff(unix_now()) < 60
+        }
         fn admits(&mut self, _: &PublicKey) -> bool {
             true
         }
-        fn takes_early(&mut self, _: &[u8; 32], time: u64, request: &[u8]) -> bool {
-            assert!(time.abs_diff(unix_now()) < 60);
+        fn takes_early(&mut self, request: &[u8]) -> bool {
             assert_eq!(request, b"request");
             self.0
         }
@@ -481,10 +491,44 @@ pub(crate) mod tests {
         assert_eq!(c.keys.session_id(), s.keys.session_id());
         assert_eq!((c.udp_port, s.udp_port), (4242, 4242));
         assert_eq!(c.peer, server_key.public);
-        // Refused early (a replay, a skewed clock): asked for again.
+        // Not taken early (a request that acts by itself): asked for again.
         let (c, s) = run_pinned(&server_key, &server_key, false);
         assert!(!c.unwrap().1);
         assert_eq!(s.unwrap().1, None);
+    }
+
+    #[test]
+    fn a_replayed_message_one_is_closed_and_the_client_starts_over() {
+        struct Seen;
+        impl PinnedPolicy for Seen {
+            fn fresh(&mut self, _: &[u8; 32], _: u64) -> bool {
+                false
+            }
+            fn admits(&mut self, _: &PublicKey) -> bool {
+                true
+            }
+            fn takes_early(&mut self, _: &[u8]) -> bool {
+                true
+            }
+            fn open_udp(&mut self) -> u16 {
+                panic!("a replay opens nothing")
+            }
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client_key, server_key) = (Keypair::generate(), Keypair::generate());
+        std::thread::scope(|scope| {
+            let server = scope.spawn(|| {
+                let (mut s, _) = listener.accept().unwrap();
+                let pre = read_preamble(&mut s).unwrap();
+                server_pinned(&mut s, &pre, &server_key, &mut Seen).map(|_| ())
+            });
+            let mut c = TcpStream::connect(addr).unwrap();
+            let wishes = HandshakeWishes { udp_port: true };
+            let got = client_pinned(&mut c, &client_key, &server_key.public, wishes, b"r");
+            assert!(matches!(server.join().unwrap(), Err(e) if e.code == ErrorCode::Auth));
+            assert!(got.unwrap().is_none(), "closed: the client starts over");
+        });
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The server's side of a pinned start (P-48): Noise IK, whose message
 //! one may carry the request. That message can be replayed by whoever
-//! recorded it, so the request it carries is taken only if it is a push
-//! or a pull (whose effects wait for data only the true client can seal),
-//! and only once while recent (`replays`); otherwise the client is told to
-//! send it again.
+//! recorded it, so one is answered only once and only while recent
+//! (`replays`: a replay is closed, and holds no session slot), and the
+//! request it carries is taken only if it is a push or a pull, whose
+//! effects wait for data only the true client can seal; otherwise the
+//! client is told to send it again.
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -47,12 +48,16 @@ struct Policy<'a> {
 }
 
 impl PinnedPolicy for Policy<'_> {
+    fn fresh(&mut self, ephemeral: &[u8; 32], time: u64) -> bool {
+        self.server.replays.first(ephemeral, time, unix_now())
+    }
+
     fn admits(&mut self, client: &PublicKey) -> bool {
         self.server.admit(client).is_ok()
     }
 
-    fn takes_early(&mut self, ephemeral: &[u8; 32], time: u64, request: &[u8]) -> bool {
-        early_kind(request) && self.server.replays.first(ephemeral, time, unix_now())
+    fn takes_early(&mut self, request: &[u8]) -> bool {
+        early_kind(request)
     }
 
     fn open_udp(&mut self) -> u16 {

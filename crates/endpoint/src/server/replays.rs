@@ -1,19 +1,19 @@
-//! Message ones of pinned starts whose request was taken (P-48, S-9), so
-//! that a recorded one replayed is never taken again.
+//! Message ones of pinned starts answered (P-48, S-9), so that a recorded
+//! one replayed is never answered again.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
-/// How far a pinned start's clock may stand from this host's for its
-/// request to be taken early (P-48, S-9). Farther, the request is asked
-/// for again: a round trip, never a failure.
+/// How far a pinned start's clock may stand from this host's for it to be
+/// answered (P-48, S-9). Farther, it is closed and the client handshakes
+/// in full: a round trip, never a failure.
 pub const EARLY_WINDOW: u64 = 120;
-/// Most message ones remembered (S-9): about 2 MiB. Full, no request is
-/// taken early until old ones age out.
+/// Most message ones remembered (S-9): about 2 MiB. Full, pinned starts
+/// are closed (and clients handshake in full) until old ones age out.
 pub const MAX_REMEMBERED: usize = 1 << 16;
 
-/// Message ones whose request was taken, by their ephemeral key, for as
-/// long as a replay of them could still pass the clock check.
+/// Message ones answered, by their ephemeral key, for as long as a replay
+/// of them could still pass the clock check.
 #[derive(Default)]
 pub(super) struct Replays {
     seen: Mutex<Remembered>,
