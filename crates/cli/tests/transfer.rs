@@ -399,8 +399,13 @@ fn a_replayed_pinned_start_is_closed_unanswered() {
     s.read_to_end(&mut got).expect("closed, not timed out");
     assert_eq!(got.len(), 7, "the reply, and nothing after it: {got:?}");
     assert!(&got[..4] == b"HAUL");
-    let log = server.log.lock().unwrap().clone();
-    assert!(log.contains("seen before"), "{log}");
+    // The daemon logs the close once it has closed: waited for, bounded.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !server.log.lock().unwrap().contains("seen before") {
+        let log = server.log.lock().unwrap().clone();
+        assert!(std::time::Instant::now() < until, "{log}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]

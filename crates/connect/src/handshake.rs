@@ -75,22 +75,42 @@ pub fn opening(
     identity: &Keypair,
     wishes: HandshakeWishes,
 ) -> Result<(ClientHandshake, Vec<u8>), TransferError> {
-    let pre = Preamble {
-        version: PROTOCOL_VERSION,
-        kind: ConnKind::Control,
-        session: [0; 16],
-        stream: 0,
-    };
-    let expected = PreambleReply {
-        version: PROTOCOL_VERSION,
-        accepted: true,
-    };
-    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
-    let (hs, m1) = ClientHandshake::start(identity, &greeting, &wishes.encode()).map_err(hs_err)?;
-    let mut opening = pre.encode().to_vec();
-    opening.extend_from_slice(&(m1.len() as u16).to_le_bytes());
-    opening.extend_from_slice(&m1);
-    Ok((hs, opening))
+    let greeting = Greeting::of(ConnKind::Control);
+    let (hs, m1) =
+        ClientHandshake::start(identity, &greeting.bound, &wishes.encode()).map_err(hs_err)?;
+    Ok((hs, greeting.opening(&m1)))
+}
+
+/// A control preamble and the reply a client goes on with (accepted, its
+/// version), as both are bound into the handshake (P-2, P-3).
+struct Greeting {
+    pre: Preamble,
+    bound: Vec<u8>,
+}
+
+impl Greeting {
+    fn of(kind: ConnKind) -> Greeting {
+        let pre = Preamble {
+            version: PROTOCOL_VERSION,
+            kind,
+            session: [0; 16],
+            stream: 0,
+        };
+        let expected = PreambleReply {
+            version: PROTOCOL_VERSION,
+            accepted: true,
+        };
+        let bound = [&pre.encode()[..], &expected.encode()[..]].concat();
+        Greeting { pre, bound }
+    }
+
+    /// The preamble and message one, framed, in one write's bytes.
+    fn opening(&self, m1: &[u8]) -> Vec<u8> {
+        let mut out = self.pre.encode().to_vec();
+        out.extend_from_slice(&(m1.len() as u16).to_le_bytes());
+        out.extend_from_slice(m1);
+        out
+    }
 }
 
 /// Client side. `check` decides whether the server's key is trusted;
@@ -255,28 +275,15 @@ fn pinned_opening(
     wishes: HandshakeWishes,
     request: &[u8],
 ) -> Result<(PinnedClient, Vec<u8>), TransferError> {
-    let pre = Preamble {
-        version: PROTOCOL_VERSION,
-        kind: ConnKind::Pinned,
-        session: [0; 16],
-        stream: 0,
-    };
-    let expected = PreambleReply {
-        version: PROTOCOL_VERSION,
-        accepted: true,
-    };
-    let greeting = [&pre.encode()[..], &expected.encode()[..]].concat();
+    let greeting = Greeting::of(ConnKind::Pinned);
     let opening = PinnedOpening {
         wishes,
         time: unix_now(),
         request: request.to_vec(),
     };
-    let (hs, m1) =
-        PinnedClient::start(identity, server, &greeting, &opening.encode()).map_err(hs_err)?;
-    let mut out = pre.encode().to_vec();
-    out.extend_from_slice(&(m1.len() as u16).to_le_bytes());
-    out.extend_from_slice(&m1);
-    Ok((hs, out))
+    let (hs, m1) = PinnedClient::start(identity, server, &greeting.bound, &opening.encode())
+        .map_err(hs_err)?;
+    Ok((hs, greeting.opening(&m1)))
 }
 
 fn unix_now() -> u64 {
@@ -459,7 +466,7 @@ pub(crate) mod tests {
     fn run_pinned(
         pinned: &Keypair,
         served: &Keypair,
-        take: bool,
+        policy: &mut (impl PinnedPolicy + Send),
     ) -> (Option<PinnedAnswered>, Result<PinnedServed, TransferError>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -469,7 +476,7 @@ pub(crate) mod tests {
                 let (mut s, _) = listener.accept().unwrap();
                 let pre = read_preamble(&mut s).unwrap();
                 assert_eq!(pre.kind, ConnKind::Pinned);
-                server_pinned(&mut s, &pre, served, &mut Takes(take, 4242))
+                server_pinned(&mut s, &pre, served, policy)
             });
             let mut c = TcpStream::connect(addr).unwrap();
             let wishes = HandshakeWishes { udp_port: true };
@@ -483,7 +490,7 @@ pub(crate) mod tests {
     #[test]
     fn a_pinned_start_carries_the_request_in_one_round_trip() {
         let server_key = Keypair::generate();
-        let (c, s) = run_pinned(&server_key, &server_key, true);
+        let (c, s) = run_pinned(&server_key, &server_key, &mut Takes(true, 4242));
         let (c, early) = c.expect("answered");
         let (s, request) = s.unwrap();
         assert!(early);
@@ -492,7 +499,7 @@ pub(crate) mod tests {
         assert_eq!((c.udp_port, s.udp_port), (4242, 4242));
         assert_eq!(c.peer, server_key.public);
         // Not taken early (a request that acts by itself): asked for again.
-        let (c, s) = run_pinned(&server_key, &server_key, false);
+        let (c, s) = run_pinned(&server_key, &server_key, &mut Takes(false, 4242));
         assert!(!c.unwrap().1);
         assert_eq!(s.unwrap().1, None);
     }
@@ -514,27 +521,16 @@ pub(crate) mod tests {
                 panic!("a replay opens nothing")
             }
         }
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (client_key, server_key) = (Keypair::generate(), Keypair::generate());
-        std::thread::scope(|scope| {
-            let server = scope.spawn(|| {
-                let (mut s, _) = listener.accept().unwrap();
-                let pre = read_preamble(&mut s).unwrap();
-                server_pinned(&mut s, &pre, &server_key, &mut Seen).map(|_| ())
-            });
-            let mut c = TcpStream::connect(addr).unwrap();
-            let wishes = HandshakeWishes { udp_port: true };
-            let got = client_pinned(&mut c, &client_key, &server_key.public, wishes, b"r");
-            assert!(matches!(server.join().unwrap(), Err(e) if e.code == ErrorCode::Auth));
-            assert!(got.unwrap().is_none(), "closed: the client starts over");
-        });
+        let server_key = Keypair::generate();
+        let (c, s) = run_pinned(&server_key, &server_key, &mut Seen);
+        assert!(c.is_none(), "closed: the client starts over");
+        assert!(matches!(s, Err(e) if e.code == ErrorCode::Auth));
     }
 
     #[test]
     fn a_server_whose_key_changed_closes_and_the_client_starts_over() {
         let (pinned, now) = (Keypair::generate(), Keypair::generate());
-        let (c, s) = run_pinned(&pinned, &now, true);
+        let (c, s) = run_pinned(&pinned, &now, &mut Takes(true, 4242));
         assert!(c.is_none(), "the client is told to handshake in full");
         assert!(matches!(s, Err(e) if e.code == ErrorCode::Auth));
     }

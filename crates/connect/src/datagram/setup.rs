@@ -627,24 +627,37 @@ mod tests {
     #[test]
     fn data_without_a_hello_fixes_the_peer_and_is_kept() {
         let (c2s, s2c) = keys();
+        let c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let me = c.local_addr().unwrap();
+        let forged = seal_signal(&s2c, DATA_SEQ_START, &Signal::Ping);
+        let d = seal_signal(&c2s, DATA_SEQ_START, &Signal::Ping);
+        let (server, backlog) = serve_while((&c2s, &s2c), |addr| {
+            let mut c = c;
+            c.connect(addr).unwrap();
+            for x in [&forged, &d] {
+                c.send(x, x.len(), Duration::from_millis(100)).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        });
+        assert_eq!(server.peer(), Some(me));
+        assert_eq!(backlog, vec![d], "only the datagram that opened is kept");
+    }
+
+    /// Runs the responder on loopback for session `[7; 16]` while `client`
+    /// runs with its address; returns what the responder ended with.
+    fn serve_while(
+        (c2s, s2c): (&DatagramKey, &DatagramKey),
+        client: impl FnOnce(SocketAddr),
+    ) -> (UdpChannel, Vec<Vec<u8>>) {
         let server = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = server.local_addr().unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
-            let h = scope.spawn(|| serve(server, [7; 16], &s2c, &c2s, &stop));
-            let mut c = UdpChannel::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            c.connect(addr).unwrap();
-            let forged = seal_signal(&s2c, DATA_SEQ_START, &Signal::Ping);
-            c.send(&forged, forged.len(), Duration::from_millis(100))
-                .unwrap();
-            let d = seal_signal(&c2s, DATA_SEQ_START, &Signal::Ping);
-            c.send(&d, d.len(), Duration::from_millis(100)).unwrap();
-            std::thread::sleep(Duration::from_millis(100));
+            let h = scope.spawn(|| serve(server, [7; 16], s2c, c2s, &stop));
+            client(addr);
             stop.store(true, Ordering::Release);
-            let (server, backlog) = h.join().unwrap();
-            assert_eq!(server.peer(), Some(c.local_addr().unwrap()));
-            assert_eq!(backlog, vec![d], "only the datagram that opened is kept");
-        });
+            h.join().unwrap()
+        })
     }
 
     #[test]
