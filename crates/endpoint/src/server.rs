@@ -174,7 +174,7 @@ struct Server {
     /// The jobs this daemon runs (P-45), with a state directory; set once
     /// the server is shared, as its runs need it.
     jobs: std::sync::OnceLock<Arc<jobs::Service>>,
-    /// Pinned starts whose early request was taken (P-48).
+    /// Message ones of pinned starts answered, against replays (P-48).
     replays: replays::Replays,
 }
 
@@ -485,7 +485,7 @@ impl Server {
         udp: Option<udp::UdpChannel>,
         progress: Arc<Progress>,
         rec: &record::Record,
-        early: Option<Vec<u8>>,
+        early: Option<Request>,
     ) -> Result<String, TransferError> {
         let (mut ctrl_r, mut ctrl_w) = (control.reader, control.writer);
         // Listed from now on, so data connections dialled right behind the

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use secure::PublicKey;
-use wire::{Msg, Op, Preamble};
+use wire::{Msg, Op, Preamble, Request};
 
 use connect::error::TransferError;
 use connect::handshake::{self, PinnedPolicy, CONTROL_PROTECTION};
@@ -27,16 +27,17 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Whether an early request may be acted on before the client's next
-/// flight: a push or a pull of files, nothing that acts by itself.
-fn early_kind(request: &[u8]) -> bool {
+/// The request message one carried, if it may be acted on before the
+/// client's next flight: a push or a pull of files, nothing that acts by
+/// itself.
+fn early_request(request: &[u8]) -> Option<Request> {
     match Msg::decode(request) {
         Ok(Msg::Request(r)) => match r.op {
-            Op::Push => r.shard.is_none(),
-            Op::Pull => true,
-            _ => false,
+            Op::Push if r.shard.is_none() => Some(r),
+            Op::Pull => Some(r),
+            _ => None,
         },
-        _ => false,
+        _ => None,
     }
 }
 
@@ -45,6 +46,8 @@ struct Policy<'a> {
     server: &'a super::Server,
     local: Option<SocketAddr>,
     udp: Option<udp::UdpChannel>,
+    /// The request taken from message one, decoded once.
+    early: Option<Request>,
 }
 
 impl PinnedPolicy for Policy<'_> {
@@ -57,7 +60,8 @@ impl PinnedPolicy for Policy<'_> {
     }
 
     fn takes_early(&mut self, request: &[u8]) -> bool {
-        early_kind(request)
+        self.early = early_request(request);
+        self.early.is_some()
     }
 
     fn open_udp(&mut self) -> u16 {
@@ -87,10 +91,12 @@ impl super::Server {
             server: self,
             local: stream.local_addr().ok(),
             udp: None,
+            early: None,
         };
         let est = handshake::server_pinned(&mut stream, pre, &self.cfg.key, &mut policy);
         drop(greeting);
-        let (est, early) = est?;
+        let (est, taken) = est?;
+        let early = policy.early.filter(|_| taken.is_some());
         let progress = Arc::new(Progress::default());
         let control = keyed(stream, &est.keys, 0, CONTROL_PROTECTION, false, &progress)?;
         self.run_session(control, est, policy.udp, progress, rec, early)

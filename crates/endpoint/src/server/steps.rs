@@ -158,22 +158,17 @@ impl Server {
         })
     }
 
-    /// The client's request, within the handshake's time. The error says
-    /// whether it is ours to tell the client (a bad frame) or not (the
-    /// connection broke).
+    /// The client's request, within the handshake's time, or the one a
+    /// pinned start took from message one (P-48). The error says whether
+    /// it is ours to tell the client (a bad frame) or not (the connection
+    /// broke).
     pub(super) fn read_request(
         &self,
         ctrl_r: &mut FrameReader,
-        early: Option<Vec<u8>>,
+        early: Option<Request>,
     ) -> Result<Request, (TransferError, bool)> {
-        if let Some(bytes) = early {
-            return match Msg::decode(&bytes) {
-                Ok(Msg::Request(r)) => Ok(r),
-                _ => Err((
-                    TransferError::new(ErrorCode::Protocol, "client sent no request"),
-                    true,
-                )),
-            };
+        if let Some(r) = early {
+            return Ok(r);
         }
         ctrl_r
             .get_ref()
