@@ -8,7 +8,7 @@ pub struct ShareArgs {
     /// Share the path with other traffic: on (default) takes about half
     /// of a path another flow also wants and all of an idle one; off
     /// holds the rate found whatever else the path carries (dedicated
-    /// paths only). Applies to the UDP channel.
+    /// paths only). Applies to the UDP channel and the TCP streams.
     #[arg(long, value_enum, default_value_t = FairArg::On, value_name = "on|off")]
     pub fair: FairArg,
     /// Yield to any other traffic, as LEDBAT does: a trickle while another

@@ -265,6 +265,67 @@ pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
     any.then_some(total)
 }
 
+/// A data connection's figures for the sharing governor (P-46): the
+/// kernel's last delivery-rate sample in bytes per second (it counts
+/// selectively acknowledged bytes as they arrive, where the cumulative
+/// acknowledgement jumps a whole window after a repair), its smoothed and
+/// its least round trip. `None` before its first round trip is measured,
+/// and while nothing is in flight: an idle connection's last sample is
+/// stale (at the end of a transfer the streams' last samples summed to 1.3
+/// times the link).
+pub fn tcp_share_info(s: &TcpStream) -> Option<(u64, Duration, Duration)> {
+    let info = tcp_info(s)?;
+    (info.tcpi_rtt > 0 && info.tcpi_min_rtt > 0 && info.tcpi_unacked > 0).then(|| {
+        (
+            info.tcpi_delivery_rate,
+            Duration::from_micros(info.tcpi_rtt as u64),
+            Duration::from_micros(info.tcpi_min_rtt as u64),
+        )
+    })
+}
+
+/// Caps a connection's pacing (`SO_MAX_PACING_RATE`) at `rate` bytes per
+/// second; `None` lifts the cap.
+pub fn set_max_pacing_rate(s: &TcpStream, rate: Option<u64>) -> std::io::Result<()> {
+    let v: u64 = rate.unwrap_or(u64::MAX);
+    // SAFETY: a u64 the kernel reads with its length, on a descriptor we
+    // own.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            &v as *const u64 as *const libc::c_void,
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Starts a connection's congestion control afresh (BBR from its startup),
+/// keeping the window it has: the kernel restarts an algorithm only when
+/// another is set, so reno (which every kernel allows) goes in between.
+pub fn restart_congestion_control(s: &TcpStream) -> std::io::Result<()> {
+    let sock = socket2::SockRef::from(s);
+    let name = sock.tcp_congestion()?;
+    let name: Vec<u8> = name.split(|&b| b == 0).next().unwrap_or_default().to_vec();
+    if name == b"reno" {
+        return Ok(());
+    }
+    sock.set_tcp_congestion(b"reno")?;
+    sock.set_tcp_congestion(&name)
+}
+
+/// The least round trip a connection has seen, once it has one.
+pub fn tcp_min_rtt(s: &TcpStream) -> Option<Duration> {
+    let info = tcp_info(s)?;
+    (info.tcpi_min_rtt > 0).then(|| Duration::from_micros(info.tcpi_min_rtt as u64))
+}
+
 /// The kernel's smoothed round-trip time of a connection, once it has one.
 pub fn tcp_rtt(s: &TcpStream) -> Option<Duration> {
     let info = tcp_info(s)?;

@@ -6,16 +6,20 @@
 //! - [`RateController`]: the policy behind a rate-based (UDP) channel, fed
 //!   receiver reports ([`Feedback`]); one file per algorithm: [`Fixed`]
 //!   and [`Adaptive`].
+//! - [`TcpShare`]: the sharing policy (`--fair`, `--background`) over the
+//!   TCP data streams, which the kernel's congestion control runs.
 
 use std::time::Duration;
 
 mod adaptive;
 mod compete;
 mod controller;
+mod tcp_share;
 mod token_bucket;
 
 pub use adaptive::{Adaptive, Share};
 pub use controller::{Feedback, Fixed, RateController};
+pub use tcp_share::{TcpAction, TcpSample, TcpShare};
 pub use token_bucket::TokenBucket;
 
 /// Parses a rate such as `500M`, `1.5G`, `800k` or `100000` as bits per

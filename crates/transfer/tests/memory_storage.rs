@@ -271,6 +271,7 @@ fn send_tree(compress: codec::Mode, streams: usize) {
         compress,
         start_rate: None,
         known_rate: None,
+        path: None,
         answer: None,
         share: rate::Share::Fair,
     };

@@ -97,6 +97,15 @@ impl KnownPath {
         let slack = (self.rtt / 5).max(Duration::from_millis(5));
         rtt + slack >= self.rtt && rtt <= self.rtt + slack
     }
+
+    /// Whether `rtt` could be this path's with a queue standing in it: from
+    /// its own round trip (less the slack) to twice that (a full queue of
+    /// one bandwidth-delay product doubles it). A transfer that joins a
+    /// busy path measures such a round trip at its handshake.
+    pub fn fits_queued(&self, rtt: Duration) -> bool {
+        let slack = (self.rtt / 5).max(Duration::from_millis(5));
+        rtt + slack >= self.rtt && rtt <= self.rtt * 2 + slack
+    }
 }
 
 /// How the client decides whether the server's key is the right one.
@@ -174,4 +183,23 @@ pub enum Route {
     Local,
     /// No bytes moved by haul: the object store copied its objects itself.
     InsideStore,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_round_trip_fits_up_to_twice_the_known_one() {
+        let k = KnownPath {
+            rate: 1,
+            tcp_rate: 0,
+            rtt: Duration::from_millis(150),
+            udp_payload: 0,
+        };
+        let ms = Duration::from_millis;
+        assert!(k.fits(ms(170)) && !k.fits(ms(211)));
+        assert!(k.fits_queued(ms(211)) && k.fits_queued(ms(330)) && k.fits_queued(ms(120)));
+        assert!(!k.fits_queued(ms(340)) && !k.fits_queued(ms(119)));
+    }
 }

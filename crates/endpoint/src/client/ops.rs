@@ -157,6 +157,7 @@ impl Connected {
             compress: self.cfg.compress,
             start_rate: self.cfg.advice.map(|a| a.rate / 2),
             known_rate: self.known_rate(),
+            path: self.known_link(),
             answer: None,
             share: self.cfg.share,
         };
@@ -176,6 +177,17 @@ impl Connected {
             .known_path
             .filter(|k| k.rate > 0 && k.fits(self.rtt))?;
         Some(self.cfg.rate.map_or(k.rate, |c| c.min(k.rate)))
+    }
+
+    /// What the last transfer to this host measured, over either transport,
+    /// at a round trip this one's could be with a queue standing, and that
+    /// round trip (P-46: what the TCP streams' sharing takes for the path).
+    fn known_link(&self) -> Option<(u64, std::time::Duration)> {
+        let k = self.cfg.known_path.filter(|k| k.fits_queued(self.rtt))?;
+        // A TCP push's figure averages over BBR's startup: a quarter more,
+        // as the streams are sized (`target_rate`).
+        let rate = k.rate.max(k.tcp_rate.saturating_mul(5) / 4);
+        (rate > 0).then_some((rate, k.rtt))
     }
 
     /// A push whose every block is known to be zeros (or whose files are
@@ -219,6 +231,7 @@ impl Connected {
             compress: self.cfg.compress,
             start_rate: None,
             known_rate: None,
+            path: None,
             answer: Some(self.ctrl()?.keys.session_id()),
             share: self.cfg.share,
         };

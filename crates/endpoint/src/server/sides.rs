@@ -249,6 +249,7 @@ impl super::Server {
                     compress: codec::Mode::from_wire(req.compress, req.compress_level),
                     start_rate: None,
                     known_rate: None,
+                    path: None,
                     answer: None,
                     share: Sending::share_of(req.share),
                 };

@@ -1,22 +1,24 @@
 //! The sending side of a run (P-19): a pool of workers prepares blocks
 //! (`prepare`: read, zero check, delta, bundle, compress), one thread per
-//! TCP data stream seals and writes them (`tcp`) or the UDP channel paces
-//! them (`udp`); the control reader feeds acks and nacks back to the
-//! session, a planner cuts answered files into chunks (`plan`), and the
-//! calling thread writes control messages. The first error stops every
+//! TCP data stream seals and writes them (`tcp`), their pacing capped by
+//! the sharing policy (`share`), or the UDP channel paces them (`udp`); the
+//! control reader feeds acks and nacks back to the session, a planner cuts
+//! answered files into chunks (`plan`), and the calling thread writes
+//! control messages. The first error stops every
 //! thread and is sent to the peer when it is ours.
 
 pub(crate) mod bundle;
 pub(crate) mod plan;
 pub(crate) mod prepare;
 pub(crate) mod read;
+mod share;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 
 use std::net::Shutdown;
 use std::sync::mpsc;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rate::TokenBucket;
 use session::SenderSession;
@@ -65,8 +67,13 @@ pub struct Sending {
     /// this session id, with no data connections, come first on control;
     /// a block that turns out not to be zeros fails the transfer.
     pub answer: Option<[u8; 16]>,
-    /// How the UDP channel shares the path (`--fair`, `--background`,
-    /// P-46).
+    /// What this path carried when last measured (a known path, either
+    /// transport), bytes per second, and its round trip then: the TCP
+    /// streams' sharing takes the rate as the path's capacity and the round
+    /// trip as its least (P-46).
+    pub path: Option<(u64, Duration)>,
+    /// How the transfer shares the path (`--fair`, `--background`,
+    /// P-46), over the UDP channel or the TCP streams.
     pub share: rate::Share,
 }
 
@@ -136,7 +143,7 @@ fn run_sender_with(
         data.iter().map(|w| w.get_ref().try_clone()),
     )?;
     let (rate, start_rate) = (how.rate, how.start_rate);
-    let (known_rate, share) = (how.known_rate, how.share);
+    let (known_rate, share, path) = (how.known_rate, how.share, how.path);
     let sh = Shared::new(session, ctrl_w, sockets, progress);
     // How this side compresses blocks: its policy learns from the
     // receiver's reports (P-30).
@@ -169,6 +176,10 @@ fn run_sender_with(
             if answer.is_some() {
                 let sh = &sh;
                 scope.spawn(move || refuse_data(sh, sources, ready));
+            }
+            if !data.is_empty() {
+                let sh = &sh;
+                scope.spawn(move || share::govern(sh, share, path));
             }
             for w in data {
                 let (sh, bucket) = (&sh, bucket.as_ref());

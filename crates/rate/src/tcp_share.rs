@@ -1,0 +1,656 @@
+//! The sharing policy over TCP streams (P-46), sans-IO.
+//!
+//! The kernel's congestion control (BBR by default) runs each data stream;
+//! several BBR streams beside one CUBIC flow take four fifths of the path
+//! (measured: the CUBIC flow kept 0.17 of the emulated 1 Gbit/s, 150 ms
+//! link, and 0.32 beside a single BBR stream). This governor watches the
+//! streams' `TCP_INFO` and caps their pacing only while another flow keeps
+//! the bottleneck's queue up and takes part of the path, so an idle path
+//! is left to BBR alone:
+//!
+//! 1. **Watching.** Each sample gives the streams' delivery rate (the sum
+//!    of the kernel's last rate samples), their smoothed round trip and the
+//!    least one. The median of the last three delivery rates, at its
+//!    highest while the streams run free, is `peak`; it starts at what the
+//!    path carried when last measured (a known path), since streams that
+//!    join a full path only ever measure their share of it. The queue is
+//!    `srtt − min_rtt`; the threshold `T` is `max(10 ms, rtt / 8)`, or
+//!    `max(5 ms, rtt / 16)` under `--background` (the UDP channel's, P-26
+//!    step 3).
+//! 2. **Entering.** Past a grace, when [`BUSY_SHARE`] of the samples of
+//!    the last `max(1 s, 6 × rtt)` saw a queue over `T`, and their median
+//!    delivery rate is under [`SHORT`] of `peak`, another flow holds the
+//!    queue and takes part of the path: cap the streams together at `peak
+//!    / 2` (`--fair on`), or at [`BACKGROUND_SHARE`] of it (`--background`;
+//!    at least [`TRICKLE`]: slower, a stream's acknowledgements come a
+//!    delayed-ACK timer apart and read as a queue). Both tests
+//!    are needed: several BBR streams keep a queue of their own (measured
+//!    with six alone on the emulated link: 20 to 60 ms for a second or more
+//!    after their drain) while they deliver the whole path. The grace
+//!    covers BBR's startup, whose overshoot fills the queue itself (the
+//!    same six streams: a full queue, 150 ms, from 1.5 s to 3.0 s after the
+//!    first data): it ends once the queue has passed `T` and fallen back
+//!    under it, or [`GRACE_ROUND_TRIPS`] round trips (and [`GRACE`]) after
+//!    the first delivery, whichever comes first.
+//! 3. **Held.** Each sample with a queue under `T / 4` (the path has
+//!    room: the other flow backed off, or left) raises the cap by
+//!    [`GROWTH`] of `peak` a round trip, from half of it to [`SHORT`] of it
+//!    in 26 round trips. (Doubling
+//!    the gain each clear round trip was tried on the emulated link: a
+//!    CUBIC flow that BBR's startup had cut to a few segments grows back
+//!    over seconds, and the streams took the room first every time: it
+//!    kept 0.24 of the link.) Any other sample puts the cap back at the
+//!    floor: holding it while the queue stayed between `T / 4` and `T`
+//!    kept the streams at 0.7 of the link beside a CUBIC flow that was
+//!    growing back.
+//! 4. **Leaving.** Once the cap reaches [`SHORT`] of `peak`, the other
+//!    flow has left: the streams' congestion control restarts (BBR held
+//!    far under the path grows back a quarter each eight round trips) and
+//!    the cap is lifted, to the ceiling if there is one; without one a
+//!    grace starts over. (Short of `peak` itself: a `peak` read above the
+//!    path would have the streams fill the queue themselves on the way,
+//!    and fall back to the floor.)
+//! 5. **Ceiling.** On a known path the streams are held from the start to
+//!    [`CEILING`] times what it carried when last measured, so BBR's
+//!    startup cannot flood the queue (beside a CUBIC flow it cut the flow
+//!    to a few segments every time), and there is no grace. A ceiling the
+//!    streams press against (their delivery at [`PRESSING`] of it) while
+//!    the queue stays clear for a watch rises by a quarter: the rate kept
+//!    may have been measured while sharing. Leaving a hold returns to the
+//!    ceiling.
+//!
+//! `--fair off` never caps.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::Share;
+
+/// The share of the watch's samples that must see a queue over the
+/// threshold (as the UDP channel's competing test).
+pub const BUSY_SHARE: f64 = 0.8;
+/// Streams that deliver less than this share of `peak` beside a standing
+/// queue have lost part of the path to another flow.
+pub const SHORT: f64 = 0.9;
+/// What `--background` leaves itself while another flow wants the path,
+/// bytes per second (the UDP channel's floor).
+pub const TRICKLE: u64 = 64 << 10;
+/// What `--background` streams keep of `peak` while another flow wants
+/// the path (issue 43 allows a tenth).
+pub const BACKGROUND_SHARE: f64 = 0.05;
+/// A known path's streams are held to this much more than it carried
+/// when last measured: BBR's startup cannot flood the queue (it cut a
+/// CUBIC flow to a few segments every time it did), and streams that
+/// cannot outrun the path cannot build a queue of their own.
+const CEILING: f64 = 1.05;
+/// Streams that deliver this share of the ceiling (whose pacing counts
+/// headers too) press against it.
+const PRESSING: f64 = 0.9;
+/// How much a ceiling the streams press against rises, each watch.
+const RAISE: f64 = 1.25;
+/// The fair share of the path the streams are held to while competing.
+const FAIR_SHARE: f64 = 0.5;
+const MIN_QUEUE_DELAY: Duration = Duration::from_millis(10);
+const BACKGROUND_QUEUE_DELAY: Duration = Duration::from_millis(5);
+const GRACE: Duration = Duration::from_secs(4);
+const GRACE_ROUND_TRIPS: u32 = 40;
+const WATCH: Duration = Duration::from_secs(1);
+const WATCH_ROUND_TRIPS: u32 = 6;
+/// How much of `peak` a held cap gains a round trip while the queue is
+/// clear.
+const GROWTH: f64 = 1.0 / 64.0;
+/// A cap moves the streams only when it changes by more than this.
+const STEP: f64 = 0.02;
+/// Samples kept, at most, whatever the round trip (bounds the history a
+/// slow sampler or a huge round trip could grow).
+const MAX_SAMPLES: usize = 1024;
+/// Delivery rates whose median may raise `peak`.
+const RATES: usize = 3;
+/// How often to sample: a quarter of the round trip, within these.
+const MIN_TICK: Duration = Duration::from_millis(20);
+const MAX_TICK: Duration = Duration::from_millis(100);
+
+/// What the streams' `TCP_INFO` showed, taken together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSample {
+    /// The streams' delivery rates summed, bytes per second.
+    pub delivery: u64,
+    /// The streams' smoothed round trip (their mean).
+    pub srtt: Duration,
+    /// The least round trip any stream has seen.
+    pub min_rtt: Duration,
+}
+
+/// What the driver does to the streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpAction {
+    /// Hold the streams together to this many bytes per second.
+    Cap(u64),
+    /// A hold ends: restart the streams' congestion control (held far
+    /// under the path, BBR believes the cap is the path and grows back a
+    /// quarter each eight round trips: a background push took more than a
+    /// minute to find the path again), then cap them here, or not at all.
+    Release(Option<u64>),
+}
+
+/// One sample as the watch keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    at: Duration,
+    over: bool,
+    delivery: u64,
+}
+
+/// The governor's state: see the module docs.
+#[derive(Debug)]
+pub struct TcpShare {
+    share: Share,
+    /// The most the streams take of a known path, from the start.
+    ceiling: Option<u64>,
+    rtt: Duration,
+    /// When the grace began (the first delivery, or the last release),
+    /// and whether the queue has passed the threshold since; `None` once
+    /// it is over.
+    grace: Option<(Duration, bool)>,
+    started: bool,
+    /// The last delivery rates, newest last.
+    rates: VecDeque<u64>,
+    peak: f64,
+    watch: VecDeque<Seen>,
+    /// The cap in force and the cap last handed to the driver.
+    cap: Option<(f64, f64)>,
+    last: Duration,
+    next: Duration,
+}
+
+impl TcpShare {
+    /// A governor for `share`; `known` is what the path carried when last
+    /// measured, bytes per second (0: not known), where `peak` starts and
+    /// what sets the ceiling.
+    pub fn new(share: Share, known: u64) -> TcpShare {
+        let ceiling = (known > 0 && share != Share::Off).then_some((known as f64 * CEILING) as u64);
+        TcpShare {
+            ceiling,
+            share,
+            rtt: Duration::ZERO,
+            grace: None,
+            started: false,
+            rates: VecDeque::new(),
+            peak: known as f64,
+            watch: VecDeque::new(),
+            cap: None,
+            last: Duration::ZERO,
+            next: Duration::ZERO,
+        }
+    }
+
+    /// Whether this policy ever acts (`--fair off` does not).
+    pub fn acts(&self) -> bool {
+        self.share != Share::Off
+    }
+
+    /// When the driver should sample next.
+    pub fn next_sample(&self) -> Duration {
+        self.next
+    }
+
+    /// Whether the streams are held now.
+    pub fn capped(&self) -> bool {
+        self.cap.is_some()
+    }
+
+    /// The most the streams moved together, bytes per second.
+    pub fn peak(&self) -> f64 {
+        self.peak
+    }
+
+    /// No sample could be taken at `now` (no stream has data in flight):
+    /// the next is due a tick later.
+    pub fn skip(&mut self, now: Duration) {
+        self.next = now + (self.rtt / 4).clamp(MIN_TICK, MAX_TICK);
+    }
+
+    /// Takes one sample at `now` (time since any fixed start).
+    pub fn on_sample(&mut self, now: Duration, s: TcpSample) -> Option<TcpAction> {
+        self.skip(now);
+        if !self.acts() || s.delivery == 0 || s.min_rtt.is_zero() {
+            return None;
+        }
+        self.rtt = s.min_rtt;
+        if !self.started {
+            self.started = true;
+            // Under the ceiling, BBR's startup cannot overshoot: no grace.
+            if self.ceiling.is_none() {
+                self.grace = Some((now, false));
+            }
+            if let Some(c) = self.ceiling {
+                return Some(TcpAction::Cap(c));
+            }
+        }
+        self.measure(s.delivery);
+        let threshold = match self.share {
+            Share::Background => BACKGROUND_QUEUE_DELAY.max(self.rtt / 16),
+            _ => MIN_QUEUE_DELAY.max(self.rtt / 8),
+        };
+        let queue = s.srtt.saturating_sub(s.min_rtt);
+        let interval = now.saturating_sub(self.last);
+        self.last = now;
+        self.keep(Seen {
+            at: now,
+            over: queue > threshold,
+            delivery: s.delivery,
+        });
+        if self.in_grace(now, queue > threshold) {
+            return None;
+        }
+        match self.cap {
+            None => self.enter(now).or_else(|| self.raise_ceiling(now)),
+            Some((cap, _)) if queue < threshold / 4 => {
+                let rounds = (interval.as_secs_f64() / self.rtt.as_secs_f64()).min(1.0);
+                let cap = cap + self.peak * GROWTH * rounds;
+                if cap >= SHORT * self.peak {
+                    self.leave(now)
+                } else {
+                    self.set_cap(cap)
+                }
+            }
+            Some(_) => self.set_cap(self.floor()),
+        }
+    }
+
+    /// The watch's span at the current round trip.
+    fn span(&self) -> Duration {
+        WATCH.max(self.rtt * WATCH_ROUND_TRIPS)
+    }
+
+    /// Keeps `seen`, and one sample older than the span (to know the span
+    /// is covered), at most [`MAX_SAMPLES`].
+    fn keep(&mut self, seen: Seen) {
+        let span = self.span();
+        self.watch.push_back(seen);
+        while self.watch.len() > MAX_SAMPLES
+            || self
+                .watch
+                .get(1)
+                .is_some_and(|s| seen.at.saturating_sub(s.at) >= span)
+        {
+            self.watch.pop_front();
+        }
+    }
+
+    /// The median of the last [`RATES`] delivery rates raises `peak`
+    /// while the streams run free: one sample read high (acknowledgements
+    /// bunched) does not.
+    fn measure(&mut self, delivery: u64) {
+        self.rates.push_back(delivery);
+        if self.rates.len() > RATES {
+            self.rates.pop_front();
+        }
+        if self.cap.is_some() || self.rates.len() < RATES {
+            return;
+        }
+        let mut last: Vec<u64> = self.rates.iter().copied().collect();
+        last.sort_unstable();
+        self.peak = self.peak.max(last[RATES / 2] as f64);
+    }
+
+    /// Whether the grace still runs at `now`, with the queue `over` the
+    /// threshold or not; ends it when it is over.
+    fn in_grace(&mut self, now: Duration, over: bool) -> bool {
+        let Some((since, passed)) = self.grace else {
+            return false;
+        };
+        if (passed && !over) || now >= since + GRACE.max(self.rtt * GRACE_ROUND_TRIPS) {
+            self.grace = None;
+            self.watch.clear();
+            return false;
+        }
+        self.grace = Some((since, passed || over));
+        true
+    }
+
+    fn enter(&mut self, now: Duration) -> Option<TcpAction> {
+        let busy = self.watch.iter().filter(|s| s.over).count();
+        if !self.covered(now) || (busy as f64) < BUSY_SHARE * self.watch.len() as f64 {
+            return None;
+        }
+        if self.median_delivery() as f64 >= SHORT * self.peak {
+            return None;
+        }
+        let floor = self.floor();
+        self.cap = Some((floor, floor));
+        Some(TcpAction::Cap(floor as u64))
+    }
+
+    /// A ceiling the streams press against while the queue stays clear is
+    /// under the path (a known rate measured while sharing, or a TCP
+    /// transfer's average): a quarter more, each watch.
+    fn raise_ceiling(&mut self, now: Duration) -> Option<TcpAction> {
+        let ceiling = self.ceiling? as f64;
+        if !self.covered(now) || self.watch.iter().any(|s| s.over) {
+            return None;
+        }
+        if (self.median_delivery() as f64) < PRESSING * ceiling {
+            return None;
+        }
+        let raised = (ceiling * RAISE) as u64;
+        self.ceiling = Some(raised);
+        self.watch.clear();
+        Some(TcpAction::Cap(raised))
+    }
+
+    /// Whether the watch reaches back its whole span from `now`.
+    fn covered(&self, now: Duration) -> bool {
+        self.watch
+            .front()
+            .is_some_and(|s| now.saturating_sub(s.at) >= self.span())
+    }
+
+    /// The median delivery rate of the watch (0 if empty).
+    fn median_delivery(&self) -> u64 {
+        let mut rates: Vec<u64> = self.watch.iter().map(|s| s.delivery).collect();
+        rates.sort_unstable();
+        rates.get(rates.len() / 2).copied().unwrap_or(0)
+    }
+
+    /// The least cap: half of `peak`, or a twentieth under `--background`.
+    fn floor(&self) -> f64 {
+        let trickle = TRICKLE as f64;
+        match self.share {
+            Share::Background => (self.peak * BACKGROUND_SHARE).max(trickle),
+            _ => (self.peak * FAIR_SHARE).max(trickle),
+        }
+    }
+
+    /// Holds the streams at `cap`, telling the driver when it moved enough.
+    fn set_cap(&mut self, cap: f64) -> Option<TcpAction> {
+        let (_, told) = self.cap?;
+        if (cap - told).abs() <= STEP * told {
+            self.cap = Some((cap, told));
+            return None;
+        }
+        self.cap = Some((cap, cap));
+        Some(TcpAction::Cap(cap as u64))
+    }
+
+    fn leave(&mut self, now: Duration) -> Option<TcpAction> {
+        self.cap = None;
+        self.rates.clear();
+        self.watch.clear();
+        if self.ceiling.is_none() {
+            self.grace = Some((now, false));
+        }
+        Some(TcpAction::Release(self.ceiling))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RTT: Duration = Duration::from_millis(150);
+    /// 1 Gbit/s in bytes per second.
+    const LINK: f64 = 125_000_000.0;
+
+    /// Drives a governor for `secs` at `share_of_link` of the link with
+    /// `queue` on top of the round trip, from `t` and `acked`; returns the
+    /// actions with their times.
+    struct Drive {
+        gov: TcpShare,
+        t: Duration,
+        actions: Vec<(Duration, TcpAction)>,
+    }
+
+    impl Drive {
+        fn new(share: Share) -> Drive {
+            Drive::known(share, 0.0)
+        }
+
+        fn known(share: Share, known: f64) -> Drive {
+            Drive {
+                gov: TcpShare::new(share, (known * LINK) as u64),
+                t: Duration::ZERO,
+                actions: vec![],
+            }
+        }
+
+        fn run(&mut self, secs: f64, share_of_link: f64, queue: impl Fn(Duration) -> Duration) {
+            let end = self.t + Duration::from_secs_f64(secs);
+            while self.t < end {
+                let step = self.gov.next_sample().saturating_sub(self.t).max(MIN_TICK);
+                self.t += step;
+                let rate = share_of_link.min(self.cap() / LINK);
+                let s = TcpSample {
+                    delivery: (rate * LINK) as u64,
+                    srtt: RTT + queue(self.t),
+                    min_rtt: RTT,
+                };
+                if let Some(a) = self.gov.on_sample(self.t, s) {
+                    self.actions.push((self.t, a));
+                }
+            }
+        }
+
+        fn cap(&self) -> f64 {
+            match self.actions.last() {
+                Some((_, TcpAction::Cap(c) | TcpAction::Release(Some(c)))) => *c as f64,
+                _ => f64::MAX,
+            }
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// BBR alone: a queue of a quarter of the path for one round trip in
+    /// eight (its probing), none otherwise.
+    fn bbr_alone(t: Duration) -> Duration {
+        let phase = (t.as_millis() / RTT.as_millis()) % 8;
+        if phase == 0 {
+            ms(37)
+        } else {
+            ms(2)
+        }
+    }
+
+    /// CUBIC beside it: a queue between 15 and 60 ms, dipping under the
+    /// threshold now and then.
+    fn cubic_beside(t: Duration) -> Duration {
+        let cycle = t.as_millis() % 4000;
+        if cycle < 150 {
+            ms(8)
+        } else {
+            ms(15 + (cycle as u64 * 45) / 4000)
+        }
+    }
+
+    #[test]
+    fn an_idle_path_is_left_to_the_streams() {
+        let mut d = Drive::new(Share::Fair);
+        // startup's own queue, then BBR's cycles
+        d.run(1.5, 0.5, |_| ms(120));
+        d.run(60.0, 0.96, bbr_alone);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert!(
+            (d.gov.peak() / LINK - 0.96).abs() < 0.02,
+            "{}",
+            d.gov.peak()
+        );
+    }
+
+    #[test]
+    fn the_streams_own_queue_is_not_another_flow() {
+        // Six BBR streams after their drain: a standing queue, the whole
+        // path delivered.
+        let mut d = Drive::new(Share::Fair);
+        d.run(1.5, 0.97, |_| ms(150));
+        d.run(20.0, 0.96, |_| ms(40));
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+    }
+
+    #[test]
+    fn a_flow_that_holds_the_queue_halves_the_streams_then_leaving_frees_them() {
+        let mut d = Drive::new(Share::Fair);
+        d.run(10.0, 0.96, bbr_alone);
+        d.run(20.0, 0.7, cubic_beside);
+        let (at, cap) = d.actions[0];
+        assert!(
+            at > Duration::from_secs(10) && at < Duration::from_secs(12),
+            "{at:?}"
+        );
+        let TcpAction::Cap(cap) = cap else {
+            panic!("{cap:?}")
+        };
+        assert!((cap as f64 / LINK - 0.48).abs() < 0.02, "{cap}");
+        assert_eq!(d.actions.len(), 1, "{:?}", d.actions);
+        // The flow leaves: the cap climbs to 0.9 of the peak in 26 round
+        // trips, then is lifted.
+        d.run(10.0, 0.96, |_| ms(1));
+        let (at, act) = *d.actions.last().unwrap();
+        assert_eq!(act, TcpAction::Release(None));
+        assert!(
+            at > Duration::from_millis(33_700) && at < Duration::from_millis(34_300),
+            "{at:?}"
+        );
+        assert!(!d.gov.capped());
+        let caps = &d.actions[1..d.actions.len() - 1];
+        assert!(caps.windows(2).all(|w| match (w[0].1, w[1].1) {
+            (TcpAction::Cap(a), TcpAction::Cap(b)) => b > a,
+            _ => false,
+        }));
+    }
+
+    #[test]
+    fn a_queue_while_held_puts_the_cap_back_at_half() {
+        let mut d = Drive::new(Share::Fair);
+        d.run(10.0, 0.96, bbr_alone);
+        d.run(5.0, 0.7, cubic_beside);
+        d.run(0.3, 0.5, |_| ms(1));
+        let Some(&(_, TcpAction::Cap(raised))) = d.actions.last() else {
+            panic!("{:?}", d.actions)
+        };
+        assert!(raised as f64 > 0.5 * LINK, "{raised}");
+        d.run(0.1, 0.5, |_| ms(40));
+        assert_eq!(d.actions.last().unwrap().1, d.actions[0].1);
+    }
+
+    #[test]
+    fn joining_a_full_path_holds_to_half_of_what_startup_reached() {
+        // BBR's startup takes most of the path for a moment, then the
+        // streams settle at their share beside the flow.
+        let mut d = Drive::new(Share::Fair);
+        d.run(2.0, 0.9, |_| ms(100));
+        d.run(40.0, 0.65, cubic_beside);
+        assert_eq!(d.actions.len(), 1, "{:?}", d.actions);
+        let (at, TcpAction::Cap(cap)) = d.actions[0] else {
+            panic!("{:?}", d.actions)
+        };
+        // The grace ends at the flow's first dip under the threshold (4 s),
+        // then a watch of 1 s.
+        assert!(
+            at >= Duration::from_secs(5) && at < Duration::from_millis(5300),
+            "{at:?}"
+        );
+        assert!((cap as f64 / LINK - 0.45).abs() < 0.01, "{cap}");
+        // Streams that never measured more than their share cannot tell.
+        let mut d = Drive::new(Share::Fair);
+        d.run(40.0, 0.7, cubic_beside);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+    }
+
+    #[test]
+    fn a_known_path_sets_the_ceiling_and_the_floor_when_joining_a_full_one() {
+        let mut d = Drive::known(Share::Fair, 0.95);
+        d.run(10.0, 0.7, cubic_beside);
+        let ceiling = TcpAction::Cap((0.95 * LINK * CEILING) as u64);
+        assert_eq!(d.actions[0], (MIN_TICK, ceiling));
+        let (at, TcpAction::Cap(cap)) = d.actions[1] else {
+            panic!("{:?}", d.actions)
+        };
+        // No grace under the ceiling: the watch alone.
+        assert!(at < Duration::from_millis(1300), "{at:?}");
+        assert!((cap as f64 / LINK - 0.475).abs() < 0.01, "{cap}");
+        // The flow leaves: back to the ceiling, not free.
+        d.run(10.0, 0.9, |_| ms(1));
+        let TcpAction::Cap(c) = ceiling else {
+            unreachable!()
+        };
+        let back = TcpAction::Release(Some(c));
+        assert!(
+            d.actions[2..].iter().any(|a| a.1 == back),
+            "{:?}",
+            d.actions
+        );
+    }
+
+    #[test]
+    fn a_ceiling_the_streams_press_against_on_a_clear_path_rises() {
+        // Kept while sharing: half the path.
+        let mut d = Drive::known(Share::Fair, 0.5);
+        d.run(5.0, 0.96, bbr_alone);
+        let caps: Vec<u64> = d
+            .actions
+            .iter()
+            .map(|a| match a.1 {
+                TcpAction::Cap(c) => c,
+                TcpAction::Release(_) => panic!("{:?}", d.actions),
+            })
+            .collect();
+        assert!(caps.windows(2).all(|w| w[1] > w[0]), "{caps:?}");
+        assert!(*caps.last().unwrap() as f64 > 0.96 * LINK, "{caps:?}");
+        // Probing past the path stops once the streams no longer keep up.
+        let n = d.actions.len();
+        d.run(5.0, 0.96, bbr_alone);
+        assert!(d.actions.len() <= n + 1, "{:?}", d.actions);
+    }
+
+    #[test]
+    fn background_trickles_beside_another_flow_and_off_never_acts() {
+        let mut d = Drive::known(Share::Background, 0.95);
+        d.run(20.0, 0.7, cubic_beside);
+        let floor = (0.95 * LINK * BACKGROUND_SHARE) as u64;
+        assert_eq!(d.actions.get(1).map(|a| a.1), Some(TcpAction::Cap(floor)));
+        let mut d = Drive::known(Share::Off, 0.95);
+        d.run(20.0, 0.7, cubic_beside);
+        assert!(d.actions.is_empty());
+    }
+
+    #[test]
+    fn a_deep_queue_in_startup_is_not_another_flow() {
+        let mut d = Drive::new(Share::Fair);
+        // As measured with six BBR streams: no queue while they ramp, a
+        // full one from 1.5 s to 3 s, then BBR's cycles.
+        d.run(1.5, 0.3, |_| ms(1));
+        d.run(1.5, 0.97, |_| ms(150));
+        d.run(20.0, 0.96, bbr_alone);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        // A queue that never clears ends the grace after 40 round trips.
+        let mut d = Drive::new(Share::Fair);
+        d.run(2.0, 0.97, |_| ms(150));
+        d.run(8.0, 0.7, |_| ms(150));
+        let at = d.actions.first().map(|a| a.0);
+        assert!(
+            at.is_some_and(|t| t > Duration::from_secs(7) && t < Duration::from_millis(7100)),
+            "{at:?}"
+        );
+    }
+
+    #[test]
+    fn the_history_stays_bounded_at_huge_round_trips() {
+        let mut g = TcpShare::new(Share::Fair, 0);
+        let mut t = Duration::ZERO;
+        for i in 1..20_000u64 {
+            t += MIN_TICK;
+            g.on_sample(
+                t,
+                TcpSample {
+                    delivery: i * 1000,
+                    srtt: Duration::from_secs(30),
+                    min_rtt: Duration::from_secs(20),
+                },
+            );
+            assert!(g.watch.len() <= MAX_SAMPLES + 1);
+        }
+    }
+}
