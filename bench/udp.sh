@@ -8,8 +8,10 @@
 #   rate      --transport udp --rate 500M: the average wire rate against the cap
 #   fair      one iperf3 CUBIC flow (tuned buffers), then a haul push joins 5 s
 #             later, once per sharing mode (FAIR_MODES: default = --fair on over
-#             UDP, background = --background, tcp = --transport tcp, off =
-#             --fair off): the shares both take of the link while both run
+#             UDP, background = --background, tcp = --transport tcp,
+#             tcp-background = both, off = --fair off): the shares both take of
+#             the link while both run; the TCP modes push once alone first, so
+#             that the path is known
 #   loopback  pull to /dev/null over 127.0.0.1, udp vs tcp, encrypted and not
 # The emulator joins namespaces NAME-a (198.18.0.1, sender) and NAME-b
 # (198.18.0.2, receiver), as created (untuned). See bench/README.md.
@@ -41,7 +43,7 @@ ALL_PROFILES=(
 )
 ALL_PARTS=(goodput rate fair loopback)
 RATE_CAP=500M RATE_CAP_BPS=500000000 RATE_TOL=0.03     # rate: average within +-3 %
-FAIR_MODES=${FAIR_MODES:-default,background,tcp}
+FAIR_MODES=${FAIR_MODES:-default,background,tcp,tcp-background}
 FAIR_CC=${FAIR_CC:-cubic}   # the competing flow's congestion control
 # fair: iperf3 -t, haul start (s after iperf3), haul push sized for FAIR_SECS at half the link;
 # the environment may override them (integers, FAIR_SECS may be fractional) for developing this script
@@ -670,8 +672,9 @@ fair_flags() {
     default) echo "udp|--fair on|0.4..0.6" ;;
     background) echo "udp|--background|0.9.." ;;
     tcp) echo "tcp|--fair on|0.4..0.6" ;;
+    tcp-background) echo "tcp|--background|0.9.." ;;
     off) echo "udp|--fair off|-" ;;
-    *) die "unknown fair mode: $1 (default, background, tcp, off)" ;;
+    *) die "unknown fair mode: $1 (default, background, tcp, tcp-background, off)" ;;
   esac
 }
 
@@ -706,6 +709,15 @@ fair_mode() {
       ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_rmem="4096 131072 134217728" \
         net.ipv4.tcp_wmem="4096 131072 134217728" || log "WARN: could not raise TCP buffers in $ns"
     done
+    # Over TCP the streams judge a flow beside them by how much of the
+    # path they lost, which a path measured alone tells (P-46): one solo
+    # push first, as any earlier transfer to the host leaves (not recorded).
+    if [[ $tr == tcp ]]; then
+      log "    warm-up: a solo push, so that the path is known"
+      push "$FAIR_FILE" udp 60
+      row_reset
+      R[part]=fair-$mode R[profile]=loss0 R[rtt]=150 R[loss]=0 R[tool]=haul-$tr
+    fi
     start_bg "$slog" $((FAIR_T + 90)) ip netns exec "$NS_B" iperf3 -s -1 -J -B "$ADDR_B" -p "$IPERF_PORT"
     spid=$BG_PID
     wait_listen "$NS_B" tcp "$IPERF_PORT" "$spid" "iperf3 -s" "$slog" || { stop_pid "$spid"; ok=0; }
