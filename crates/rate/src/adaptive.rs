@@ -100,9 +100,9 @@ const BACKGROUND_BASE_WINDOW: Duration = Duration::from_secs(120);
 /// at 15 to 40 ms for tens of seconds, dipping under the 19 ms threshold
 /// now and then, while the delay-based rate stayed near a fifth of the
 /// link.)
-const WATCH: Duration = Duration::from_secs(1);
-const WATCH_ROUND_TRIPS: u32 = 6;
-const BUSY_SHARE: f64 = 0.8;
+pub(crate) const WATCH: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_ROUND_TRIPS: u32 = 6;
+pub(crate) const BUSY_SHARE: f64 = 0.8;
 /// Competing ends once every report of [`LEAVE_ROUND_TRIPS`] round trips
 /// (and at least [`LEAVE`]) saw the queue under a quarter of the
 /// threshold: the other flow left. Longer than the watch: a CUBIC flow's
@@ -171,6 +171,21 @@ pub enum Share {
     /// A dedicated path: hold the rate found and never yield to a queue
     /// someone else builds.
     Off,
+}
+
+impl Share {
+    /// Queueing delay above which the path counts as congested (P-26 step
+    /// 3): `max(10 ms, rtt / 8)`, or `max(5 ms, rtt / 16)` under
+    /// `--background`. LEDBAT keeps its own queue low and reads any more
+    /// as another flow's (measured beside CUBIC at 150 ms: at rtt / 8 it
+    /// still took a fifth of the link, the queue dipping under the
+    /// threshold between CUBIC's bursts).
+    pub fn queue_threshold(self, rtt: Duration) -> Duration {
+        match self {
+            Share::Background => BACKGROUND_QUEUE_DELAY.max(rtt / 16),
+            _ => MIN_QUEUE_DELAY.max(rtt / 8),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -542,14 +557,7 @@ impl Adaptive {
         let base = self.base_delay(now, fb.min_one_way);
         let queueing = fb.min_one_way.saturating_sub(base);
         self.queueing = queueing;
-        let threshold = match self.share {
-            // LEDBAT keeps its own queue low and reads any more as another
-            // flow's (measured beside CUBIC at 150 ms: at rtt / 8 it still
-            // took a fifth of the link, the queue dipping under the
-            // threshold between CUBIC's bursts).
-            Share::Background => BACKGROUND_QUEUE_DELAY.max(self.rtt / 16),
-            _ => MIN_QUEUE_DELAY.max(self.rtt / 8),
-        };
+        let threshold = self.share.queue_threshold(self.rtt);
         let congested = queueing > threshold || fb.longest_loss_run >= CLUSTER_RUN;
         // What the sender could have sent, when it ran out of data: the
         // rate in force or the estimate, whichever is lower.

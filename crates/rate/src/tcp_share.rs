@@ -64,20 +64,18 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::adaptive::{BUSY_SHARE, WATCH, WATCH_ROUND_TRIPS};
 use crate::Share;
 
-/// The share of the watch's samples that must see a queue over the
-/// threshold (as the UDP channel's competing test).
-pub const BUSY_SHARE: f64 = 0.8;
 /// Streams that deliver less than this share of `peak` beside a standing
 /// queue have lost part of the path to another flow.
-pub const SHORT: f64 = 0.9;
+const SHORT: f64 = 0.9;
 /// What `--background` leaves itself while another flow wants the path,
 /// bytes per second (the UDP channel's floor).
-pub const TRICKLE: u64 = 64 << 10;
+const TRICKLE: u64 = 64 << 10;
 /// What `--background` streams keep of `peak` while another flow wants
 /// the path (issue 43 allows a tenth).
-pub const BACKGROUND_SHARE: f64 = 0.05;
+const BACKGROUND_SHARE: f64 = 0.05;
 /// A known path's streams are held to this much more than it carried
 /// when last measured: BBR's startup cannot flood the queue (it cut a
 /// CUBIC flow to a few segments every time it did), and streams that
@@ -90,12 +88,8 @@ const PRESSING: f64 = 0.9;
 const RAISE: f64 = 1.25;
 /// The fair share of the path the streams are held to while competing.
 const FAIR_SHARE: f64 = 0.5;
-const MIN_QUEUE_DELAY: Duration = Duration::from_millis(10);
-const BACKGROUND_QUEUE_DELAY: Duration = Duration::from_millis(5);
 const GRACE: Duration = Duration::from_secs(4);
 const GRACE_ROUND_TRIPS: u32 = 40;
-const WATCH: Duration = Duration::from_secs(1);
-const WATCH_ROUND_TRIPS: u32 = 6;
 /// How much of `peak` a held cap gains a round trip while the queue is
 /// clear.
 const GROWTH: f64 = 1.0 / 64.0;
@@ -228,10 +222,7 @@ impl TcpShare {
             }
         }
         self.measure(s.delivery);
-        let threshold = match self.share {
-            Share::Background => BACKGROUND_QUEUE_DELAY.max(self.rtt / 16),
-            _ => MIN_QUEUE_DELAY.max(self.rtt / 8),
-        };
+        let threshold = self.share.queue_threshold(self.rtt);
         let queue = s.srtt.saturating_sub(s.min_rtt);
         let interval = now.saturating_sub(self.last);
         self.last = now;
