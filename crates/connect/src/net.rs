@@ -265,22 +265,31 @@ pub fn tcp_path_rate(sockets: &[TcpStream]) -> Option<f64> {
     any.then_some(total)
 }
 
-/// A data connection's figures for the sharing governor (P-46): the
-/// kernel's last delivery-rate sample in bytes per second (it counts
-/// selectively acknowledged bytes as they arrive, where the cumulative
-/// acknowledgement jumps a whole window after a repair), its smoothed and
-/// its least round trip. `None` before its first round trip is measured,
-/// and while nothing is in flight: an idle connection's last sample is
-/// stale (at the end of a transfer the streams' last samples summed to 1.3
-/// times the link).
-pub fn tcp_share_info(s: &TcpStream) -> Option<(u64, Duration, Duration)> {
+/// A data connection's figures for the sharing governor (P-46).
+#[derive(Debug, Clone, Copy)]
+pub struct ShareInfo {
+    /// Segments delivered so far, selectively acknowledged ones as they
+    /// arrive (the cumulative acknowledgement jumps a whole window after a
+    /// repair); wraps.
+    pub delivered: u32,
+    /// The payload of a full segment, bytes.
+    pub mss: u32,
+    /// Whether anything is in flight: an idle connection's round trips
+    /// are stale.
+    pub in_flight: bool,
+    pub srtt: Duration,
+    pub min_rtt: Duration,
+}
+
+/// `s`'s [`ShareInfo`]; `None` before its first round trip is measured.
+pub fn tcp_share_info(s: &TcpStream) -> Option<ShareInfo> {
     let info = tcp_info(s)?;
-    (info.tcpi_rtt > 0 && info.tcpi_min_rtt > 0 && info.tcpi_unacked > 0).then(|| {
-        (
-            info.tcpi_delivery_rate,
-            Duration::from_micros(info.tcpi_rtt as u64),
-            Duration::from_micros(info.tcpi_min_rtt as u64),
-        )
+    (info.tcpi_rtt > 0 && info.tcpi_min_rtt > 0).then(|| ShareInfo {
+        delivered: info.tcpi_delivered,
+        mss: info.tcpi_snd_mss,
+        in_flight: info.tcpi_unacked > 0,
+        srtt: Duration::from_micros(info.tcpi_rtt as u64),
+        min_rtt: Duration::from_micros(info.tcpi_min_rtt as u64),
     })
 }
 

@@ -40,5 +40,5 @@ pub use options::{gate_receiver, gate_sender, selected, selection, Itemize, Rece
 pub use receiver::{run_receiver, RecvPath};
 /// The compression stage and the CPU it measures, from the run context.
 pub use run::{compress, cpu};
-pub use sender::{run_sender, SendPath, SenderReport, Sending};
+pub use sender::{run_sender, KnownLink, SendPath, SenderReport, Sending};
 pub use zero_scan::ZeroScan;

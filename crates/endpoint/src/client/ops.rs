@@ -182,12 +182,16 @@ impl Connected {
     /// What the last transfer to this host measured, over either transport,
     /// at a round trip this one's could be with a queue standing, and that
     /// round trip (P-46: what the TCP streams' sharing takes for the path).
-    fn known_link(&self) -> Option<(u64, std::time::Duration)> {
+    fn known_link(&self) -> Option<transfer::KnownLink> {
         let k = self.cfg.known_path.filter(|k| k.fits_queued(self.rtt))?;
-        // A TCP push's figure averages over BBR's startup: a quarter more,
-        // as the streams are sized (`target_rate`).
-        let rate = k.rate.max(k.tcp_rate.saturating_mul(5) / 4);
-        (rate > 0).then_some((rate, k.rtt))
+        let rate = k.rate.max(k.tcp_rate);
+        (rate > 0).then_some(transfer::KnownLink {
+            rate,
+            // A TCP push's figure averages over BBR's startup: a quarter
+            // more, as the streams are sized (`target_rate`).
+            most: k.rate.max(k.tcp_rate.saturating_mul(5) / 4),
+            rtt: k.rtt,
+        })
     }
 
     /// A push whose every block is known to be zeros (or whose files are

@@ -2,6 +2,7 @@
 //! `TCP_INFO` when [`rate::TcpShare`] asks, and caps or frees their
 //! pacing as it says.
 
+use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -10,12 +11,26 @@ use session::SenderSession;
 
 use crate::shared::Shared;
 
+/// What the last transfers to this host measured of the path (P-46).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownLink {
+    /// What it carried, bytes per second: the TCP streams' sharing takes it
+    /// for the path's capacity until they measure their own.
+    pub rate: u64,
+    /// The most the streams may need, bytes per second (at least `rate`):
+    /// they are held a twentieth over it from the start.
+    pub most: u64,
+    /// Its round trip then: the streams' least, where theirs is more.
+    pub rtt: Duration,
+}
+
 /// Runs until the transfer ends, stops or is stopped from outside.
 /// `path`: what the path carried when last measured, and its round trip
 /// then.
-pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<(u64, Duration)>) {
+pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<KnownLink>) {
     let data = sh.sockets.get(1..).unwrap_or(&[]);
-    let mut gov = TcpShare::new(share, path.map_or(0, |p| p.0));
+    let (known, most) = path.map_or((0, 0), |p| (p.rate, p.most));
+    let mut gov = TcpShare::with_ceiling(share, known, most);
     if !gov.acts() || data.is_empty() {
         return;
     }
@@ -25,13 +40,19 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<(u64
     let control = sh.sockets.first().and_then(connect::net::tcp_min_rtt);
     let base = control
         .into_iter()
-        .chain(path.map(|p| p.1))
+        .chain(path.map(|p| p.rtt))
         .filter(|d| !d.is_zero())
         .min();
     let start = Instant::now();
+    let mut meter = Meter::new(data.len());
     while wait_until(sh, start + gov.next_sample()) {
         let now = start.elapsed();
-        let Some(s) = sample(data, base) else {
+        // The last blocks are out: streams that finish one by one are no
+        // sign of another flow.
+        if sh.lock().all_handed_out() {
+            return;
+        }
+        let Some(s) = meter.sample(now, data, base) else {
             gov.skip(now);
             continue;
         };
@@ -65,19 +86,85 @@ fn wait_until(sh: &Shared<SenderSession>, deadline: Instant) -> bool {
     }
 }
 
-/// The streams' figures together: their delivery rates summed, their mean
-/// smoothed round trip and the least round trip of any (or `base`).
-fn sample(data: &[TcpStream], base: Option<Duration>) -> Option<TcpSample> {
-    let infos: Vec<_> = data
-        .iter()
-        .filter_map(connect::net::tcp_share_info)
-        .collect();
-    let n = u32::try_from(infos.len()).ok().filter(|&n| n > 0)?;
-    Some(TcpSample {
-        delivery: infos.iter().map(|i| i.0).sum(),
-        srtt: infos.iter().map(|i| i.1).sum::<Duration>() / n,
-        min_rtt: infos.iter().map(|i| i.2).chain(base).min()?,
-    })
+/// What the streams delivered together, from their delivered-segment
+/// counts over the last round trip. (Summing each stream's own last rate
+/// sample read up to 1.1 times the link with sixteen streams or more, and
+/// a peak above the link has the streams' own dips look like another
+/// flow.)
+struct Meter {
+    /// Each stream's count when last read.
+    last: Vec<Option<u32>>,
+    /// Bytes delivered by all streams since the first reading.
+    total: u64,
+    /// `(when, total)`, oldest first, reaching back a round trip.
+    seen: VecDeque<(Duration, u64)>,
+}
+
+/// Readings kept at most, whatever the round trip.
+const MAX_SEEN: usize = 1024;
+
+impl Meter {
+    fn new(streams: usize) -> Meter {
+        Meter {
+            last: vec![None; streams],
+            total: 0,
+            seen: VecDeque::new(),
+        }
+    }
+
+    /// The streams' figures at `now`: what they delivered over their last
+    /// smoothed round trip, its mean over them, and the least one (or
+    /// `base`). `None` while no stream has data in flight, or before a
+    /// round trip's readings.
+    fn sample(
+        &mut self,
+        now: Duration,
+        data: &[TcpStream],
+        base: Option<Duration>,
+    ) -> Option<TcpSample> {
+        let mut busy = vec![];
+        for (s, last) in data.iter().zip(&mut self.last) {
+            let Some(i) = connect::net::tcp_share_info(s) else {
+                continue;
+            };
+            if let Some(prev) = last.replace(i.delivered) {
+                let segments = u64::from(i.delivered.wrapping_sub(prev));
+                self.total = self.total.saturating_add(segments * u64::from(i.mss));
+            }
+            if i.in_flight {
+                busy.push((i.srtt, i.min_rtt));
+            }
+        }
+        let n = u32::try_from(busy.len()).ok().filter(|&n| n > 0)?;
+        let srtt = busy.iter().map(|b| b.0).sum::<Duration>() / n;
+        let min_rtt = busy.iter().map(|b| b.1).chain(base).min()?;
+        // A whole round trip of acknowledgements, queue included: over
+        // less, the streams' flights read as bursts.
+        let delivery = self.rate(now, srtt)?;
+        Some(TcpSample {
+            delivery,
+            srtt,
+            min_rtt,
+        })
+    }
+
+    /// Keeps `(now, total)`; the rate since the newest reading at least
+    /// `span` old, `None` if there is none.
+    fn rate(&mut self, now: Duration, span: Duration) -> Option<u64> {
+        self.seen.push_back((now, self.total));
+        while self.seen.len() > MAX_SEEN
+            || self
+                .seen
+                .get(1)
+                .is_some_and(|&(t, _)| now.saturating_sub(t) >= span)
+        {
+            self.seen.pop_front();
+        }
+        let &(then, before) = self.seen.front()?;
+        let secs = now.saturating_sub(then).as_secs_f64();
+        (now.saturating_sub(then) >= span && secs > 0.0)
+            .then(|| ((self.total - before) as f64 / secs) as u64)
+    }
 }
 
 fn act(data: &[TcpStream], action: TcpAction, peak: f64) {

@@ -53,13 +53,15 @@ pub(crate) fn send_blocks(
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
+        // Data leaves as the write begins: a stream's write returns only
+        // once the block is nearly sent (`STREAM_NOTSENT`).
+        let timeline = &sh.progress.timeline;
+        timeline.mark(Mark::FirstData);
         if let Err(e) = w.send_block_in_place(&mut buf) {
             sh.fail_transport(TransferError::lost("sending data", &e));
             break;
         }
         buffers.give(buf);
-        let timeline = &sh.progress.timeline;
-        timeline.mark(Mark::FirstData);
         if !timeline.reached(Mark::LastFresh) && sh.lock().all_handed_out() {
             timeline.mark(Mark::LastFresh);
         }
