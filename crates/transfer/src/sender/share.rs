@@ -24,9 +24,9 @@ pub struct KnownLink {
     pub rtt: Duration,
 }
 
-/// Runs until the transfer ends, stops or is stopped from outside.
-/// `path`: what the path carried when last measured, and its round trip
-/// then.
+/// Runs until the transfer ends, stops, is stopped from outside or has
+/// handed out its last block. `path`: what the last transfers to this
+/// host measured of it.
 pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<KnownLink>) {
     let data = sh.sockets.get(1..).unwrap_or(&[]);
     let (known, most) = path.map_or((0, 0), |p| (p.rate, p.most));
@@ -161,9 +161,9 @@ impl Meter {
             self.seen.pop_front();
         }
         let &(then, before) = self.seen.front()?;
-        let secs = now.saturating_sub(then).as_secs_f64();
-        (now.saturating_sub(then) >= span && secs > 0.0)
-            .then(|| ((self.total - before) as f64 / secs) as u64)
+        let elapsed = now.saturating_sub(then);
+        (elapsed >= span && !elapsed.is_zero())
+            .then(|| ((self.total - before) as f64 / elapsed.as_secs_f64()) as u64)
     }
 }
 
