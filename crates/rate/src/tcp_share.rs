@@ -345,9 +345,8 @@ impl TcpShare {
         if self.cap.is_some() || self.rates.len() < RATES {
             return;
         }
-        let mut last: Vec<u64> = self.rates.iter().copied().collect();
-        last.sort_unstable();
-        self.measured = self.measured.max(last[RATES / 2] as f64);
+        let last = median(self.rates.iter().copied());
+        self.measured = self.measured.max(last as f64);
     }
 
     /// Where the grace stands at `now`, with the queue `over` the
@@ -611,25 +610,13 @@ mod tests {
         // eighth over it, some a tenth under; a known figure at the path;
         // their own standing queue.
         let mut d = Drive::known(Share::Fair, 1.0);
-        let mut i = 0u32;
-        let end = Duration::from_secs(20);
-        while d.t < end {
-            d.t += d.gov.next_sample().saturating_sub(d.t).max(MIN_TICK);
-            i += 1;
-            let share = match i % 7 {
-                0 | 3 => 1.12,
-                5 => 0.86,
-                _ => 0.965,
-            };
-            let s = TcpSample {
-                delivery: (share * LINK) as u64,
-                srtt: RTT + ms(40),
-                min_rtt: RTT,
-            };
-            if let Some(a) = d.gov.on_sample(d.t, s) {
-                d.actions.push((d.t, a));
-            }
-        }
+        // One sample in each tick of a quarter round trip.
+        let noise = |t: Duration| match (t.as_micros() / (RTT / 4).as_micros()) % 7 {
+            0 | 3 => 1.12,
+            5 => 0.86,
+            _ => 0.965,
+        };
+        d.run_with(20.0, noise, |_| ms(40));
         assert!(!d.gov.capped(), "{:?}", d.actions);
         assert!(d.gov.peak() < 1.05 * LINK, "{}", d.gov.peak());
     }
