@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secure::{HostKeyStatus, KnownHosts, PublicKey};
+use secure::{HostKeyStatus, KnownHosts, PublicKey, SessionKeys};
 use wire::{ErrorCode, Msg, Op, Request, TRANSPORT_UDP};
 
 use connect::datagram::{self, setup, UdpLink};
@@ -63,7 +63,7 @@ pub struct Connected {
 pub(super) struct Control {
     pub(super) r: FrameReader,
     pub(super) w: FrameWriter,
-    pub(super) keys: secure::SessionKeys,
+    pub(super) keys: SessionKeys,
 }
 
 /// The client's UDP socket once its hello has gone (P-23), with the
@@ -179,6 +179,26 @@ impl Dialer {
 
 /// Data connections being dialled and joined, each on its own thread.
 type Joining = Vec<std::thread::JoinHandle<Result<DataConn, TransferError>>>;
+
+/// Data connections dialled before the session's keys exist (a pinned
+/// start's, P-48): each waits for its keys to join.
+struct EarlyStreams {
+    joining: Joining,
+    keys: Vec<std::sync::mpsc::Sender<SessionKeys>>,
+}
+
+impl EarlyStreams {
+    /// Hands each connection the session's keys: it joins as soon as it
+    /// is connected.
+    fn join_with(self, keys: &SessionKeys) -> Joining {
+        for tx in self.keys {
+            // A connection whose dial failed has gone; its error waits
+            // in its handle.
+            let _ = tx.send(keys.clone());
+        }
+        self.joining
+    }
+}
 
 /// Decides whether `key` is the server's (P-3, P-27).
 fn check_server(cfg: &ClientConfig, key: &PublicKey) -> Result<(), TransferError> {
@@ -550,6 +570,15 @@ impl Connected {
         // A pinned start carries the request in its first message: the
         // hello follows the answer that names the port (P-48).
         let pinned = self.pending.is_some();
+        // The data connections are dialled all at once, right behind the
+        // request: the server holds their joins until it accepts (P-20),
+        // so their round trip overlaps the answer's instead of following
+        // it. A pinned start dials them with its message one: they join as
+        // its answer brings the keys, and data leaves as `Accept` arrives.
+        // A keyed session's streams wait for its direct check, so that
+        // none joins twice by two routes.
+        let streams_now = !asked_udp && requested > 0 && self.route.is_none();
+        let early = (pinned && streams_now).then(|| self.dial_streams_early(requested));
         let mut sent = match pinned {
             true => self.send_request(&req)?,
             false => Ok(()),
@@ -559,14 +588,12 @@ impl Connected {
         if !pinned {
             sent = self.send_request(&req)?;
         }
-        // So do the data connections, all at once: the server holds their
-        // joins until it accepts (P-20), so their round trip overlaps the
-        // answer's instead of following it, one per connection.
-        // A keyed session's streams wait for its direct check, so that
-        // none joins twice by two routes.
-        let joining = (!asked_udp && requested > 0 && sent.is_ok() && self.route.is_none())
-            .then(|| self.dial_streams(requested))
-            .transpose()?;
+        let joining = match early {
+            Some(early) if sent.is_ok() => Some(early.join_with(&self.ctrl()?.keys)),
+            _ => (streams_now && sent.is_ok())
+                .then(|| self.dial_streams(requested))
+                .transpose()?,
+        };
         // A refusal (unknown key, busy) explains a failed send better.
         self.await_welcome()?;
         sent.map_err(|e| TransferError::lost("sending the request", &e))?;
@@ -712,8 +739,16 @@ impl Connected {
     /// (P-20), each on its own thread.
     fn dial_streams(&mut self, streams: u16) -> Result<Joining, TransferError> {
         let keys = self.ctrl()?.keys.clone();
-        // The RTT is known now: where buffers can be forced, size each data
-        // connection's to its share of the path's BDP instead of the maximum.
+        Ok(self.dial_streams_early(streams).join_with(&keys))
+    }
+
+    /// Dials data connections `1..=streams` now, each on its own thread,
+    /// before the session has keys: each joins (P-20) once
+    /// [`EarlyStreams::join_with`] hands it them, and is closed if it
+    /// never does. The RTT must be known (measured, or a known path's).
+    fn dial_streams_early(&mut self, streams: u16) -> EarlyStreams {
+        // Where buffers can be forced, size each data connection's to its
+        // share of the path's BDP instead of the maximum.
         let mut tuning = self.cfg.tuning.clone();
         if tuning.force_buffer.is_some() {
             tuning.force_buffer = Some(stream_buffer(self.rtt, self.target_rate(), streams));
@@ -721,24 +756,31 @@ impl Connected {
         let dialer = Dialer::new(&self.cfg, tuning);
         // A keyed session's direct check left a connection: stream 1.
         let mut spare = self.route.as_mut().and_then(|r| r.spare.take());
-        let joining = (1..=streams)
-            .map(|i| {
-                let (dialer, addr, keys) = (dialer.clone(), self.data_addr(), keys.clone());
-                let (protection, progress) = (self.cfg.protection, self.progress());
-                let ready = spare.take();
-                std::thread::spawn(move || {
-                    let s = match ready {
-                        Some(s) => {
-                            dialer.tune(&s);
-                            s
-                        }
-                        None => dialer.connect(&addr)?,
-                    };
-                    client_join(s, &keys, i, protection, &progress)
-                })
-            })
-            .collect();
-        Ok(joining)
+        let (mut joining, mut keys) = (Vec::new(), Vec::new());
+        for i in 1..=streams {
+            let (dialer, addr) = (dialer.clone(), self.data_addr());
+            let (protection, progress) = (self.cfg.protection, self.progress());
+            let ready = spare.take();
+            let (tx, rx) = std::sync::mpsc::channel::<SessionKeys>();
+            keys.push(tx);
+            joining.push(std::thread::spawn(move || {
+                let s = match ready {
+                    Some(s) => {
+                        dialer.tune(&s);
+                        s
+                    }
+                    None => dialer.connect(&addr)?,
+                };
+                let keys = rx.recv().map_err(|_| {
+                    TransferError::new(
+                        ErrorCode::Connect,
+                        "the session ended before its data connections could join",
+                    )
+                })?;
+                client_join(s, &keys, i, protection, &progress)
+            }));
+        }
+        EarlyStreams { joining, keys }
     }
 
     /// Opens the client's UDP socket and sends the hello to the port the
