@@ -58,13 +58,15 @@ pub fn keys(
     )
 }
 
-/// Worker threads per side: one per core, 2 to 4.
+/// Worker threads per side: the host's share of cores for a transfer
+/// (`sizing::core_share`), 2 to [`MAX_WORKERS`].
 pub fn workers() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 4)
+    crate::sizing::host_core_share().clamp(2, MAX_WORKERS)
 }
+
+/// The most workers a side runs for the UDP channel: past the channel's
+/// one pump and one receive thread, more only wait.
+pub const MAX_WORKERS: usize = 8;
 
 /// A sealed signal datagram.
 pub fn seal_signal(key: &DatagramKey, seq: u64, sig: &Signal) -> Vec<u8> {

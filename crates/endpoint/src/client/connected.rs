@@ -79,14 +79,13 @@ pub(super) struct HelloSent {
 /// Streams to open when the user gave no `--streams` (documented in
 /// docs/ARCHITECTURE.md): enough that per-stream windows cover the
 /// bandwidth-delay product of the rate we aim for (the `--rate` cap, else
-/// 10 Gbit/s) at the measured RTT, at least one per core up to 4, at most 16.
+/// 10 Gbit/s) at the measured RTT, at least the host's share of cores for a
+/// transfer (`connect::sizing::core_share`: one per core up to 4, half of a
+/// larger host's), at most 16.
 pub fn auto_streams(rtt: Duration, rate: Option<u64>, stream_window: u64) -> u16 {
     let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
     let need = (target * rtt.as_secs_f64() / stream_window.max(1) as f64).ceil() as u64;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get() as u64)
-        .unwrap_or(1)
-        .min(4);
+    let cores = connect::sizing::host_core_share() as u64;
     need.max(cores).clamp(1, 16) as u16
 }
 
@@ -923,12 +922,9 @@ mod tests {
     #[test]
     fn stream_rules() {
         let ms = Duration::from_millis;
-        // Loopback: one per core (up to 4).
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .min(4) as u16;
-        assert_eq!(auto_streams(ms(0), None, 4 << 20), cores.max(1));
+        // Loopback: the host's share of cores.
+        let cores = connect::sizing::host_core_share() as u16;
+        assert_eq!(auto_streams(ms(0), None, 4 << 20), cores.clamp(1, 16));
         // 150 ms with 2.7 MB windows: capped at 16.
         assert_eq!(auto_streams(ms(150), None, 2_800_000), 16);
         // 150 ms with 32 MiB windows, 10 Gbit/s target: 6.
