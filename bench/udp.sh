@@ -45,6 +45,8 @@ ALL_PARTS=(goodput rate fair loopback)
 RATE_CAP=500M RATE_CAP_BPS=500000000 RATE_TOL=0.03     # rate: average within +-3 %
 FAIR_MODES=${FAIR_MODES:-default,background,tcp,tcp-background}
 FAIR_CC=${FAIR_CC:-cubic}   # the competing flow's congestion control
+FAIR_FLOWS=${FAIR_FLOWS:-1} # competing flows (iperf3 -P): a fair share leaves them N/(N+1)
+[[ $FAIR_FLOWS =~ ^[1-9]$ ]] || { echo "FAIR_FLOWS must be 1 to 9" >&2; exit 2; }
 # fair: iperf3 -t, haul start (s after iperf3), haul push sized for FAIR_SECS at half the link;
 # the environment may override them (integers, FAIR_SECS may be fractional) for developing this script
 FAIR_T=${FAIR_T:-40} FAIR_START=${FAIR_START:-5} FAIR_SECS=${FAIR_SECS:-25}
@@ -67,7 +69,7 @@ Benchmarks haul's UDP data channel across haul-netem (1 Gbit/s, untuned namespac
   goodput   haul --transport udp vs tcp (+ iperf3, 1 TCP flow) at 150 ms RTT with
             0/0.1/1/10 % loss and at 600 ms RTT with 1 % loss
   rate      --transport udp --rate $RATE_CAP at 150 ms, 0 % loss
-  fair      iperf3 $FAIR_CC flow (-t $FAIR_T) joined after ${FAIR_START} s by a haul push, once per
+  fair      $FAIR_FLOWS iperf3 $FAIR_CC flow(s) (-t $FAIR_T) joined after ${FAIR_START} s by a haul push, once per
             mode in FAIR_MODES ($FAIR_MODES): its share while both run
   loopback  pull to /dev/null over 127.0.0.1: udp vs tcp, encrypted and --no-encrypt
 
@@ -666,12 +668,15 @@ print("|".join([mean(during), str(len(during)), mean(before), mean(after)]))
 PY
 }
 
-# fair_flags MODE: haul's options and the goal for the other flow's share
+# fair_flags MODE: haul's options and the goal for the other flows' share
+# (FAIR_FLOWS of them: N/(N+1) +- 0.1 under --fair on)
 fair_flags() {
+  local fair
+  fair=$(awk -v n="$FAIR_FLOWS" 'BEGIN { s = n / (n + 1); printf "%.2f..%.2f", s - 0.1, s + 0.1 }')
   case $1 in
-    default) echo "udp|--fair on|0.4..0.6" ;;
+    default) echo "udp|--fair on|$fair" ;;
     background) echo "udp|--background|0.9.." ;;
-    tcp) echo "tcp|--fair on|0.4..0.6" ;;
+    tcp) echo "tcp|--fair on|$fair" ;;
     tcp-background) echo "tcp|--background|0.9.." ;;
     off) echo "udp|--fair off|-" ;;
     *) die "unknown fair mode: $1 (default, background, tcp, tcp-background, off)" ;;
@@ -695,7 +700,7 @@ fair_mode() {
   local mode=$1 spid cpid slog=$TMP_DIR/iperf3-fair-s.json cjson=$TMP_DIR/iperf3-fair-c.json t_i0 t_h0 t_h1 setup
   local off0 off1 during n before after hrow_gp="" solo="" tr flags goal hshare=""
   IFS='|' read -r tr flags goal <<<"$(fair_flags "$mode")"
-  log "== fair ($mode): iperf3 $FAIR_CC flow (-t $FAIR_T) + haul push ($tr $flags) from ${FAIR_START} s, $LINK_RATE, RTT 150 ms"
+  log "== fair ($mode): $FAIR_FLOWS iperf3 $FAIR_CC flow(s) (-t $FAIR_T) + haul push ($tr $flags) from ${FAIR_START} s, $LINK_RATE, RTT 150 ms"
   make_fair_file
   row_reset
   R[part]=fair-$mode R[profile]=loss0 R[rtt]=150 R[loss]=0 R[tool]=haul-$tr
@@ -723,10 +728,10 @@ fair_mode() {
     wait_listen "$NS_B" tcp "$IPERF_PORT" "$spid" "iperf3 -s" "$slog" || { stop_pid "$spid"; ok=0; }
   fi
   if ((ok)); then
-    log "    iperf3 -c $ADDR_B -t $FAIR_T -i 1 -J -C $FAIR_CC"
+    log "    iperf3 -c $ADDR_B -t $FAIR_T -i 1 -J -C $FAIR_CC -P $FAIR_FLOWS"
     t_i0=$(now)
     start_bg "$cjson" $((FAIR_T + 60)) ip netns exec "$NS_A" iperf3 -c "$ADDR_B" -p "$IPERF_PORT" \
-      -t "$FAIR_T" -i 1 -J -C "$FAIR_CC"
+      -t "$FAIR_T" -i 1 -J -C "$FAIR_CC" -P "$FAIR_FLOWS"
     cpid=$BG_PID
     sleep "$(awk -v s="$FAIR_START" -v t0="$t_i0" -v t="$(now)" 'BEGIN { d = s - (t - t0); printf "%.2f", (d > 0) ? d : 0 }')"
     # shellcheck disable=SC2086 # flags are two words
