@@ -677,9 +677,10 @@ fair_flags() {
     default) echo "udp|--fair on|$fair" ;;
     background) echo "udp|--background|0.9.." ;;
     tcp) echo "tcp|--fair on|$fair" ;;
+    tcp-first) echo "tcp|--fair on|$fair" ;;
     tcp-background) echo "tcp|--background|0.9.." ;;
     off) echo "udp|--fair off|-" ;;
-    *) die "unknown fair mode: $1 (default, background, tcp, tcp-background, off)" ;;
+    *) die "unknown fair mode: $1 (default, background, tcp, tcp-first, tcp-background, off)" ;;
   esac
 }
 
@@ -717,7 +718,10 @@ fair_mode() {
     # Over TCP the streams judge a flow beside them by how much of the
     # path they lost, which a path measured alone tells (P-46): one solo
     # push first, as any earlier transfer to the host leaves (not recorded).
-    if [[ $tr == tcp ]]; then
+    # tcp-first: a first transfer to the host, the path unknown.
+    if [[ $mode == tcp-first ]]; then
+      rm -rf -- "${HAUL_HOME:?}/known-paths"
+    elif [[ $tr == tcp ]]; then
       log "    warm-up: a solo push, so that the path is known"
       push "$FAIR_FILE" udp 60
       row_reset
