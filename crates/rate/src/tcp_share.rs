@@ -621,6 +621,17 @@ mod tests {
             c
         }
 
+        /// Asserts that the governor's first action held the streams at
+        /// about half the path, between `from` and `to`.
+        fn held_at_half_between(&self, from: Duration, to: Duration) {
+            let [(at, TcpAction::Cap(cap)), ..] = self.actions[..] else {
+                panic!("{:?}", self.actions)
+            };
+            assert!(at > from && at < to, "{at:?}");
+            let half = cap as f64 / LINK;
+            assert!((0.4..=0.5).contains(&half), "{half}");
+        }
+
         fn cap(&self) -> f64 {
             match self.actions.last() {
                 Some((_, TcpAction::Cap(c) | TcpAction::Release(Some(c)))) => *c as f64,
@@ -631,6 +642,12 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// A startup's share of the link: `from`, doubling every `secs`, up
+    /// to `top`.
+    fn doubling(from: f64, secs: f64, top: f64) -> impl Fn(Duration) -> f64 + Copy {
+        move |t| (from * 2f64.powf(t.as_secs_f64() / secs)).min(top)
     }
 
     /// BBR alone: a queue of a quarter of the path for one round trip in
@@ -731,15 +748,10 @@ mod tests {
         // from under 1% of the link; the queue shows over that least from
         // 8% of it on; their startup then takes the path from the flow.
         let mut d = Drive::new(Share::Fair);
-        let ramp = |t: Duration| (0.006 * 2f64.powf(t.as_secs_f64() / 0.2)).min(0.96);
+        let ramp = doubling(0.006, 0.2, 0.96);
         let queue = move |t: Duration| if ramp(t) > 0.08 { ms(100) } else { ms(15) };
         d.run_with(8.0, ramp, queue);
-        let [(at, TcpAction::Cap(cap)), ..] = d.actions[..] else {
-            panic!("{:?}", d.actions)
-        };
-        assert!(at > ms(1500) && at < ms(4000), "{at:?}");
-        let half = cap as f64 / LINK;
-        assert!((0.4..=0.5).contains(&half), "{half}");
+        d.held_at_half_between(ms(1500), ms(4000));
     }
 
     #[test]
@@ -747,26 +759,21 @@ mod tests {
         // As above, slower, and the queue dips under the threshold for a
         // moment mid-ramp (which ends the grace) before the startup ends.
         let mut d = Drive::new(Share::Fair);
-        let ramp = |t: Duration| (0.006 * 2f64.powf(t.as_secs_f64() / 0.5)).min(0.96);
+        let ramp = doubling(0.006, 0.5, 0.96);
         let queue = move |t: Duration| match ramp(t) {
             r if (0.2..0.25).contains(&r) => ms(5),
             r if r > 0.08 => ms(100),
             _ => ms(15),
         };
         d.run_with(10.0, ramp, queue);
-        let [(at, TcpAction::Cap(cap)), ..] = d.actions[..] else {
-            panic!("{:?}", d.actions)
-        };
-        assert!(at > ms(3700) && at < ms(7000), "{at:?}");
-        let half = cap as f64 / LINK;
-        assert!((0.4..=0.5).contains(&half), "{half}");
+        d.held_at_half_between(ms(3700), ms(7000));
     }
 
     #[test]
     fn a_first_push_whose_queue_stands_only_near_the_path_is_not_held() {
         // Alone: the startup's queue stands from 0.6 of the path on.
         let mut d = Drive::new(Share::Fair);
-        let ramp = |t: Duration| (0.006 * 2f64.powf(t.as_secs_f64() / 0.2)).min(0.96);
+        let ramp = doubling(0.006, 0.2, 0.96);
         let queue = |t: Duration| if ramp(t) > 0.6 { ms(120) } else { ms(2) };
         d.run_with(3.0, ramp, queue);
         d.run(20.0, 0.96, |_| ms(40));
