@@ -149,6 +149,18 @@ enum Grace {
     Standing,
 }
 
+/// Where a grace's watch for a queue that stood early is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Not yet: `run` samples in a row over the threshold so far, the
+    /// first of them delivering `first`.
+    Unseen { run: u32, first: u64 },
+    /// The queue stood ([`STOOD`] samples in a row) from this delivery on.
+    Stood(u64),
+    /// Judged once the startup was over, or no grace to watch.
+    Decided,
+}
+
 /// What the streams' `TCP_INFO` showed, taken together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpSample {
@@ -191,11 +203,9 @@ pub struct TcpShare {
     /// and whether the queue has passed the threshold since; `None` once
     /// it is over.
     grace: Option<(Duration, bool)>,
-    /// In a grace: what the streams delivered when the queue first stood
-    /// (the first of [`STOOD`] samples in a row over the threshold), and
-    /// the run of such samples so far with what its first delivered.
-    stood_at: Option<u64>,
-    over_run: (u32, u64),
+    /// Whether, and at what delivery, the queue first stood in the grace
+    /// (see `joined_busy`).
+    standing: Standing,
     started: bool,
     /// The last delivery rates, newest last.
     rates: VecDeque<u64>,
@@ -231,8 +241,7 @@ impl TcpShare {
             share,
             rtt: Duration::ZERO,
             grace: None,
-            stood_at: None,
-            over_run: (0, 0),
+            standing: Standing::Decided,
             started: false,
             rates: VecDeque::new(),
             measured: 0.0,
@@ -388,24 +397,27 @@ impl TcpShare {
 
     fn begin_grace(&mut self, now: Duration) {
         self.grace = Some((now, false));
-        self.stood_at = None;
-        self.over_run = (0, 0);
+        self.standing = Standing::Unseen { run: 0, first: 0 };
     }
 
     /// Keeps, in a grace, what the streams delivered when the queue first
     /// stood.
     fn note_standing(&mut self, over: bool, delivery: u64) {
-        if self.grace.is_none() || self.stood_at.is_some() {
+        let Standing::Unseen { run, first } = self.standing else {
+            return;
+        };
+        if self.grace.is_none() {
             return;
         }
-        self.over_run = match (over, self.over_run) {
-            (false, _) => (0, 0),
-            (true, (0, _)) => (1, delivery),
-            (true, (n, first)) => (n + 1, first),
+        self.standing = match (over, run) {
+            (false, _) => Standing::Unseen { run: 0, first: 0 },
+            (true, 0) => Standing::Unseen {
+                run: 1,
+                first: delivery,
+            },
+            (true, n) if n + 1 >= STOOD => Standing::Stood(first),
+            (true, n) => Standing::Unseen { run: n + 1, first },
         };
-        if self.over_run.0 >= STOOD {
-            self.stood_at = Some(self.over_run.1);
-        }
     }
 
     /// Streams whose queue stood before they delivered [`OWN_QUEUE`] of
@@ -419,9 +431,11 @@ impl TcpShare {
     /// 0.17–0.23 of the link.) Alone, sixteen or thirty-two streams' queue
     /// first stood at 0.46 of their peak or more.
     fn joined_busy(&mut self, now: Duration) -> Option<TcpAction> {
-        let stood = self.stood_at? as f64;
+        let Standing::Stood(stood) = self.standing else {
+            return None;
+        };
         if self.cap.is_some() {
-            self.stood_at = None;
+            self.standing = Standing::Decided;
             return None;
         }
         if self.measured == 0.0 || self.ramping() || !self.covered(now) {
@@ -429,8 +443,8 @@ impl TcpShare {
         }
         // Decided, whether held or not: the grace may have ended already
         // (a dip of the queue under the threshold ends it).
-        self.stood_at = None;
-        if stood >= OWN_QUEUE * self.peak() {
+        self.standing = Standing::Decided;
+        if stood as f64 >= OWN_QUEUE * self.peak() {
             return None;
         }
         self.grace = None;
