@@ -408,6 +408,43 @@ fn a_replayed_pinned_start_is_closed_unanswered() {
     }
 }
 
+/// A pinned push over TCP dials its data connections beside the control
+/// connection and fills their first window with warm-ups while the keys
+/// come (P-49); the daemon reads past them and the data arrives whole.
+#[test]
+fn a_pinned_push_warms_its_data_connections_up() {
+    let env = Env::new();
+    let server = env.serve();
+    let (relay, firsts) = recording_relay(server.port);
+    let data = random_bytes(2 << 20, 50);
+    let src = env.local.join("w.bin");
+    write_file(&src, &data);
+    let push = |name: &str| {
+        let dest = format!("127.0.0.1:{relay}:{name}");
+        let args = ["--json", "--transport", "tcp", "--streams", "2"];
+        let out = env.cp(&[&args[..], &[src.to_str().unwrap(), &dest]].concat());
+        ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    push("first.bin");
+    let kind = |f: &Vec<u8>| (f.len() >= 7 && &f[..4] == b"HAUL").then(|| f[6]);
+    let before: Vec<_> = firsts.lock().unwrap().iter().map(kind).collect();
+    assert!(
+        !before.contains(&Some(5)),
+        "no warm-up on a first contact: {before:?}"
+    );
+    known_path(&env, relay, 0);
+    let json = push("warm.bin");
+    assert_eq!(json["request_in_handshake"], true, "{json}");
+    assert!(fs::read(env.root.join("warm.bin")).unwrap() == data);
+    let after: Vec<_> = firsts.lock().unwrap().iter().map(kind).collect();
+    let warmed = after[before.len()..]
+        .iter()
+        .filter(|k| **k == Some(5))
+        .count();
+    assert_eq!(warmed, 2, "both data connections warmed up: {after:?}");
+}
+
 #[test]
 fn trailing_slash_copies_a_directorys_contents_like_rsync() {
     let env = Env::new();

@@ -329,6 +329,13 @@ pub fn restart_congestion_control(s: &TcpStream) -> std::io::Result<()> {
     sock.set_tcp_congestion(&name)
 }
 
+/// What a connection may have in flight now, bytes: its congestion window
+/// in full segments (`TCP_INFO`).
+pub fn tcp_window(s: &TcpStream) -> Option<usize> {
+    let info = tcp_info(s)?;
+    Some(info.tcpi_snd_cwnd as usize * info.tcpi_snd_mss as usize)
+}
+
 /// The least round trip a connection has seen, once it has one.
 pub fn tcp_min_rtt(s: &TcpStream) -> Option<Duration> {
     let info = tcp_info(s)?;

@@ -23,6 +23,7 @@ use connect::join::{join_accepted, keyed, DataConn, Joins};
 use connect::net::{self, Tuning};
 use connect::progress::Progress;
 use connect::sizing::{SEND_WINDOW, UDP_SEND_WINDOW};
+use connect::warmup;
 
 mod access;
 mod admission;
@@ -319,7 +320,10 @@ impl Server {
             }
             Ok(_) => {}
         }
-        let pre = match handshake::read_preamble(&mut stream) {
+        let pre = match handshake::read_preamble(&mut stream).and_then(|p| match p.kind {
+            ConnKind::Warmup => warmup::past_warmups(&mut stream, p, handshake::HANDSHAKE_TIMEOUT),
+            _ => Ok(p),
+        }) {
             Ok(p) => p,
             Err(e) => {
                 tracing::info!("{peer}: dropped: {e}");
@@ -382,6 +386,8 @@ impl Server {
                     );
                 }
             }
+            // Never: past its warm-ups a connection is a data connection.
+            ConnKind::Warmup => {}
             ConnKind::Control | ConnKind::Keyed | ConnKind::Pinned => {
                 let started = Instant::now();
                 let rec = Arc::new(record::Record::new(peer.clone()));

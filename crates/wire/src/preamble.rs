@@ -24,8 +24,13 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// `Accept`, opened once the client is authenticated (P-23, P-43);
 /// version 16 filter rules, sizes and ages in the request, `--ignore-existing`
 /// and the receiver's `Changes` (P-44); version 23 the pinned start,
-/// Noise IK with the request in message one (P-48).
-pub const PROTOCOL_VERSION: u16 = 23;
+/// Noise IK with the request in message one (P-48); version 24 the
+/// warm-up before a pinned start's data preamble (P-49).
+pub const PROTOCOL_VERSION: u16 = 24;
+
+/// The most padding a connection's warm-ups carry in all (P-49,
+/// "Security limits"): four times TCP's usual first window at MTU 9000.
+pub const MAX_WARMUP: usize = 256 << 10;
 
 /// Encoded length of [`Preamble`].
 pub const PREAMBLE_LEN: usize = 4 + 2 + 1 + 16 + 2;
@@ -48,6 +53,10 @@ pub enum ConnKind {
     /// A control connection to a server whose key the client has pinned
     /// (P-48): Noise IK instead of XX, with the request in message one.
     Pinned,
+    /// Padding ahead of a data connection's own preamble (P-49): `stream`
+    /// bytes of it follow, then another preamble. It grows the sender's
+    /// congestion window while the session's keys are still on their way.
+    Warmup,
 }
 
 /// Client → server, first bytes of a connection.
@@ -57,8 +66,21 @@ pub struct Preamble {
     pub kind: ConnKind,
     /// For data connections: the session they join (zero for control).
     pub session: [u8; 16],
-    /// For data connections: the stream index, 1-based, unique per session.
+    /// For data connections: the stream index, 1-based, unique per session;
+    /// for a warm-up, the bytes of padding that follow it.
     pub stream: u16,
+}
+
+impl Preamble {
+    /// A warm-up announcing `padding` bytes (P-49).
+    pub fn warmup(padding: u16) -> Preamble {
+        Preamble {
+            version: PROTOCOL_VERSION,
+            kind: ConnKind::Warmup,
+            session: [0; 16],
+            stream: padding,
+        }
+    }
 }
 
 impl Preamble {
@@ -71,6 +93,7 @@ impl Preamble {
             ConnKind::Keyed => 2,
             ConnKind::Relay => 3,
             ConnKind::Pinned => 4,
+            ConnKind::Warmup => 5,
         });
         w.bytes(&self.session).u16(self.stream);
         let mut out = [0u8; PREAMBLE_LEN];
@@ -93,6 +116,7 @@ impl Preamble {
             2 => ConnKind::Keyed,
             3 => ConnKind::Relay,
             4 => ConnKind::Pinned,
+            5 => ConnKind::Warmup,
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "connection kind",
@@ -293,6 +317,9 @@ mod tests {
             stream: 3,
         };
         assert_eq!(Preamble::decode(&p.encode()).unwrap(), p);
+        let w = Preamble::warmup(65_535);
+        assert_eq!(w.encode()[6], 5);
+        assert_eq!(Preamble::decode(&w.encode()).unwrap(), w);
         let r = PreambleReply {
             version: 9,
             accepted: false,

@@ -19,6 +19,7 @@ use connect::join::{client_join, keyed, DataConn, DataPlan};
 use connect::net::{self, BufferLimits, Tuning};
 use connect::progress::{Mark, Progress};
 use connect::sizing::{size_udp_buffers, udp_buffer};
+use connect::warmup;
 
 use super::config::{choose_transport, ClientConfig, KnownPath, ServerTrust, Transport};
 use super::report::Tail;
@@ -38,8 +39,9 @@ pub struct Connected {
     pub(super) addr: SocketAddr,
     /// The keyed control connection; `None` while `pending`.
     pub(super) ctrl: Option<Control>,
-    /// Dialled, not yet keyed: the pinned start waits for the request.
-    pub(super) pending: Option<TcpStream>,
+    /// Dialled or being dialled, not yet keyed: the pinned start waits
+    /// for the request.
+    pub(super) pending: Option<Pending>,
     /// The request rode in the pinned start, and the server took it.
     pub(super) early: bool,
     /// The round trip the handshake measured; while `pending`, the known
@@ -199,6 +201,48 @@ impl EarlyStreams {
     }
 }
 
+/// A pinned start's control connection before its handshake (P-48).
+pub(super) enum Pending {
+    Ready(TcpStream),
+    /// Still being dialled on a thread of its own, so that the request's
+    /// data connections can be dialled beside it and warmed up while the
+    /// handshake runs (P-49).
+    Dialling(std::thread::JoinHandle<Result<TcpStream, TransferError>>),
+}
+
+impl Pending {
+    /// The connection, once it is made.
+    fn connected(self, progress: &Progress) -> Result<TcpStream, TransferError> {
+        match self {
+            Pending::Ready(s) => Ok(s),
+            Pending::Dialling(dialling) => {
+                let s = dialling.join().unwrap_or_else(|_| {
+                    Err(TransferError::new(
+                        ErrorCode::Connect,
+                        "the thread dialling the server stopped",
+                    ))
+                })?;
+                progress.timeline.mark(Mark::Connected);
+                Ok(s)
+            }
+        }
+    }
+}
+
+/// The one address a pinned start dials while the data connections are
+/// dialled beside it (P-49); `None` where there are several to try in turn
+/// (or none: the ordinary dial says why).
+fn sole_address(cfg: &ClientConfig) -> Option<SocketAddr> {
+    let addrs = match cfg.dial.is_empty() {
+        true => resolve(&cfg.host, cfg.port).ok()?,
+        false => cfg.dial.clone(),
+    };
+    match addrs[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
 /// Decides whether `key` is the server's (P-3, P-27).
 fn check_server(cfg: &ClientConfig, key: &PublicKey) -> Result<(), TransferError> {
     let label = format!("{}:{}", cfg.host, cfg.port);
@@ -261,8 +305,20 @@ fn pinned_key(cfg: &ClientConfig) -> Option<PublicKey> {
 }
 
 impl Connected {
+    /// Connects to the server. A pinned start to a host of one address
+    /// only starts dialling it: its request's data connections are
+    /// dialled beside it (P-49), and a failure to connect is reported
+    /// with the request.
     pub fn connect(cfg: ClientConfig) -> Result<Connected, TransferError> {
         let started = Instant::now();
+        let pinned = pinned_key(&cfg);
+        if let Some(addr) = pinned.and_then(|_| sole_address(&cfg)) {
+            let dialer = Dialer::new(&cfg, cfg.tuning.clone());
+            let dialling = std::thread::spawn(move || dialer.connect(&addr));
+            let mut c = Connected::unkeyed(cfg, addr, started, pinned);
+            c.pending = Some(Pending::Dialling(dialling));
+            return Ok(c);
+        }
         let (addr, stream) = Connected::dial_first(&cfg)?;
         Connected::establish(cfg, addr, stream, started)
     }
@@ -304,10 +360,24 @@ impl Connected {
         stream: TcpStream,
         started: Instant,
     ) -> Result<Connected, TransferError> {
-        let progress = Arc::new(Progress::default());
-        progress.timeline.mark(Mark::Connected);
         let pinned = pinned_key(&cfg);
-        let mut c = Connected {
+        let mut c = Connected::unkeyed(cfg, addr, started, pinned);
+        c.progress.timeline.mark(Mark::Connected);
+        match pinned {
+            Some(_) => c.pending = Some(Pending::Ready(stream)),
+            None => c.handshake(stream)?,
+        }
+        Ok(c)
+    }
+
+    /// A client of `addr` with no control connection yet.
+    fn unkeyed(
+        cfg: ClientConfig,
+        addr: SocketAddr,
+        started: Instant,
+        pinned: Option<PublicKey>,
+    ) -> Connected {
+        Connected {
             rtt: cfg.known_path.map_or(Duration::ZERO, |k| k.rtt),
             cfg,
             addr,
@@ -316,17 +386,12 @@ impl Connected {
             early: false,
             udp_port: 0,
             started,
-            progress,
+            progress: Arc::new(Progress::default()),
             echo_span: None,
             echo: None,
             route: None,
             server_key: pinned,
-        };
-        match pinned {
-            Some(_) => c.pending = Some(stream),
-            None => c.handshake(stream)?,
         }
-        Ok(c)
     }
 
     /// What the client wishes for in its handshake: any transport but TCP
@@ -403,7 +468,8 @@ impl Connected {
     /// The keyed control connection; a pending one is keyed now, with no
     /// request to carry.
     pub(super) fn ctrl(&mut self) -> Result<&mut Control, TransferError> {
-        if let Some(stream) = self.pending.take() {
+        if let Some(pending) = self.pending.take() {
+            let stream = pending.connected(&self.progress)?;
             self.pinned_start(stream, &[])?;
         }
         self.ctrl.as_mut().ok_or_else(|| {
@@ -434,7 +500,8 @@ impl Connected {
         req: &Request,
     ) -> Result<std::io::Result<()>, TransferError> {
         let msg = Msg::Request(req.clone());
-        if let Some(stream) = self.pending.take() {
+        if let Some(pending) = self.pending.take() {
+            let stream = pending.connected(&self.progress)?;
             if self.pinned_start(stream, &msg.encode())? {
                 self.early = true;
                 return Ok(Ok(()));
@@ -575,9 +642,11 @@ impl Connected {
         // it. A pinned start dials them with its message one: they join as
         // its answer brings the keys, and data leaves as `Accept` arrives.
         // A keyed session's streams wait for its direct check, so that
-        // none joins twice by two routes.
+        // none joins twice by two routes. A push's streams warm up while
+        // they wait for the keys (P-49).
         let streams_now = !asked_udp && requested > 0 && self.route.is_none();
-        let early = (pinned && streams_now).then(|| self.dial_streams_early(requested));
+        let warm = req.op == Op::Push;
+        let early = (pinned && streams_now).then(|| self.dial_streams_early(requested, warm));
         let mut sent = match pinned {
             true => self.send_request(&req)?,
             false => Ok(()),
@@ -738,14 +807,17 @@ impl Connected {
     /// (P-20), each on its own thread.
     fn dial_streams(&mut self, streams: u16) -> Result<Joining, TransferError> {
         let keys = self.ctrl()?.keys.clone();
-        Ok(self.dial_streams_early(streams).join_with(&keys))
+        Ok(self.dial_streams_early(streams, false).join_with(&keys))
     }
 
     /// Dials data connections `1..=streams` now, each on its own thread,
     /// before the session has keys: each joins (P-20) once
     /// [`EarlyStreams::join_with`] hands it them, and is closed if it
-    /// never does. The RTT must be known (measured, or a known path's).
-    fn dial_streams_early(&mut self, streams: u16) -> EarlyStreams {
+    /// never does. One that is connected before its keys come fills its
+    /// first congestion window with a warm-up (P-49) where it will `warm`
+    /// (send the data). The RTT must be known (measured, or a known
+    /// path's).
+    fn dial_streams_early(&mut self, streams: u16, warm: bool) -> EarlyStreams {
         // Where buffers can be forced, size each data connection's to its
         // share of the path's BDP instead of the maximum.
         let mut tuning = self.cfg.tuning.clone();
@@ -770,7 +842,15 @@ impl Connected {
                     }
                     None => dialer.connect(&addr)?,
                 };
-                let keys = rx.recv().map_err(|_| {
+                let keys = rx.try_recv().or_else(|_| {
+                    if warm {
+                        // A connection that cannot write its warm-up
+                        // fails its join, which says so.
+                        let _ = warmup::warm_up(&s);
+                    }
+                    rx.recv()
+                });
+                let keys = keys.map_err(|_| {
                     TransferError::new(
                         ErrorCode::Connect,
                         "the session ended before its data connections could join",
