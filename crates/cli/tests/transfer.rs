@@ -410,9 +410,11 @@ fn a_replayed_pinned_start_is_closed_unanswered() {
 
 /// A pinned push over TCP dials its data connections beside the control
 /// connection and fills their first window with warm-ups while the keys
-/// come (P-49); the daemon reads past them and the data arrives whole.
+/// come (P-49); the daemon reads past them and the data arrives whole. A
+/// pinned pull's connections ask the daemon for warm-ups back, and read
+/// past them.
 #[test]
-fn a_pinned_push_warms_its_data_connections_up() {
+fn a_pinned_transfer_warms_its_data_connections_up() {
     let env = Env::new();
     let server = env.serve();
     let (relay, firsts) = recording_relay(server.port);
@@ -443,6 +445,20 @@ fn a_pinned_push_warms_its_data_connections_up() {
         .filter(|k| **k == Some(5))
         .count();
     assert_eq!(warmed, 2, "both data connections warmed up: {after:?}");
+    let back = env.local.join("back.bin");
+    let from = format!("127.0.0.1:{relay}:warm.bin");
+    let args = ["--json", "--transport", "tcp", "--streams", "2", &from];
+    let out = env.cp(&[&args[..], &[back.to_str().unwrap()]].concat());
+    ok(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["request_in_handshake"], true, "{json}");
+    assert!(fs::read(&back).unwrap() == data, "pulled whole");
+    let firsts = firsts.lock().unwrap();
+    let asked = firsts[after.len()..]
+        .iter()
+        .filter(|f| kind(f) == Some(5) && f.get(7) == Some(&wire::WARMUP_ASK))
+        .count();
+    assert_eq!(asked, 2, "both data connections asked for warm-ups");
 }
 
 #[test]

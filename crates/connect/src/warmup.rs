@@ -1,13 +1,15 @@
-//! Warm-ups (P-49): padding a data connection sends ahead of its own
-//! preamble while its session's keys are on their way, so that TCP's
-//! congestion window has grown by a round trip when the data starts. The
-//! server reads past them, within bounds, to the data preamble.
+//! Warm-ups (P-49): padding a data connection carries ahead of its data
+//! while its session's keys are on their way, so that TCP's congestion
+//! window has grown by a round trip when the data starts. A push's client
+//! sends them ahead of its data preamble, and the server reads past them
+//! within bounds; a pull's client asks for them, and the server sends its
+//! own back, which the client reads past before the session's frames.
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use wire::{ConnKind, ErrorCode, Preamble, MAX_WARMUP, PREAMBLE_LEN};
+use wire::{ConnKind, ErrorCode, Preamble, MAX_WARMUP, PREAMBLE_LEN, PROTOCOL_VERSION};
 
 use crate::error::TransferError;
 
@@ -15,14 +17,25 @@ use crate::error::TransferError;
 /// (P-49) while its session's keys are on their way, so that its window
 /// has doubled when the data starts. Returns the bytes written.
 pub fn warm_up(mut stream: &TcpStream) -> std::io::Result<usize> {
-    let window = crate::net::tcp_window(stream).unwrap_or(0).min(MAX_WARMUP);
-    let out = warmups(window);
+    let out = warmups(first_window(stream));
     stream.write_all(&out)?;
     Ok(out.len())
 }
 
+/// Client: asks the server for warm-ups on a pull's data connection,
+/// whose data the server sends (P-49).
+pub fn ask_warm_up(mut stream: &TcpStream) -> std::io::Result<()> {
+    stream.write_all(&Preamble::warmup_asking().encode())
+}
+
+/// What `stream` may send before its first acknowledgement, bytes, within
+/// [`MAX_WARMUP`].
+fn first_window(stream: &TcpStream) -> usize {
+    crate::net::tcp_window(stream).unwrap_or(0).min(MAX_WARMUP)
+}
+
 /// Warm-ups of `window` bytes at most in all, preambles included, each
-/// with as much padding as its preamble can announce.
+/// with as much padding as its preamble can announce (at least a byte).
 fn warmups(window: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(window);
     while out.len() + PREAMBLE_LEN < window {
@@ -35,22 +48,22 @@ fn warmups(window: usize) -> Vec<u8> {
 
 /// Server: reads past the warm-ups that open a data connection (P-49),
 /// dropping their padding, to the data connection's own preamble, which
-/// it returns. Refused: more than [`MAX_WARMUP`] bytes of padding, a
-/// preamble that is neither, or all of it not read within `within`.
+/// it returns. The first that asks is answered with the server's own
+/// warm-ups, ended by one with no padding. Refused: a warm-up of another
+/// version or with anything but that flag in `session`, more than
+/// [`MAX_WARMUP`] bytes of padding, a preamble after them that is not a
+/// data connection's, or all of it not over within `within`.
 pub fn past_warmups(
     stream: &mut TcpStream,
     first: Preamble,
     within: Duration,
 ) -> Result<Preamble, TransferError> {
     let deadline = Instant::now() + within;
-    let (mut pre, mut padding) = (first, 0usize);
+    let before = stream.read_timeout().ok().flatten();
+    let (mut pre, mut padding, mut answered) = (first, 0usize, false);
     while pre.kind == ConnKind::Warmup {
-        padding += pre.stream as usize;
-        if padding > MAX_WARMUP {
-            return Err(TransferError::new(
-                ErrorCode::Protocol,
-                format!("more than {MAX_WARMUP} bytes of warm-up before a data connection"),
-            ));
+        if check(&pre, &mut padding)? && !std::mem::replace(&mut answered, true) {
+            answer(stream, deadline)?;
         }
         let mut b = vec![0u8; pre.stream as usize + PREAMBLE_LEN];
         read_by(stream, &mut b, deadline)?;
@@ -58,6 +71,7 @@ pub fn past_warmups(
             TransferError::new(ErrorCode::Protocol, format!("after a warm-up: {e}"))
         })?;
     }
+    stream.set_read_timeout(before).ok();
     match pre.kind {
         ConnKind::Data => Ok(pre),
         _ => Err(TransferError::new(
@@ -65,6 +79,70 @@ pub fn past_warmups(
             "a warm-up ahead of a connection that is not a data connection",
         )),
     }
+}
+
+/// Client: reads past the warm-ups the server sent back on a pull's data
+/// connection (P-49), to the one with no padding that ends them. Refused
+/// as the server refuses a client's.
+pub fn past_answer(stream: &mut TcpStream, within: Duration) -> Result<(), TransferError> {
+    let deadline = Instant::now() + within;
+    let before = stream.read_timeout().ok().flatten();
+    let mut padding = 0usize;
+    loop {
+        let mut b = [0u8; PREAMBLE_LEN];
+        read_by(stream, &mut b, deadline)?;
+        let pre = Preamble::decode(&b).map_err(|e| {
+            TransferError::new(ErrorCode::Protocol, format!("the server's warm-up: {e}"))
+        })?;
+        if pre.kind != ConnKind::Warmup || check(&pre, &mut padding)? {
+            return Err(TransferError::new(
+                ErrorCode::Protocol,
+                "the server answered a warm-up with something else",
+            ));
+        }
+        if pre.stream == 0 {
+            stream.set_read_timeout(before).ok();
+            return Ok(());
+        }
+        read_by(stream, &mut vec![0u8; pre.stream as usize], deadline)?;
+    }
+}
+
+/// Checks a warm-up and counts its padding into `padding`; whether it
+/// asks for warm-ups back.
+fn check(pre: &Preamble, padding: &mut usize) -> Result<bool, TransferError> {
+    let refused = |what: String| Err(TransferError::new(ErrorCode::Protocol, what));
+    if pre.version != PROTOCOL_VERSION {
+        return refused(format!("a warm-up of protocol version {}", pre.version));
+    }
+    let Some(asks) = pre.warmup_asks() else {
+        return refused("a warm-up with an unknown flag".into());
+    };
+    *padding += pre.stream as usize;
+    if *padding > MAX_WARMUP {
+        return refused(format!("more than {MAX_WARMUP} bytes of warm-up"));
+    }
+    Ok(asks)
+}
+
+/// Server: sends its first window of warm-ups and the empty one that ends
+/// them, before `deadline` (a client that does not read them does not
+/// hold the server past it).
+fn answer(mut stream: &TcpStream, deadline: Instant) -> Result<(), TransferError> {
+    let mut out = warmups(first_window(stream).saturating_sub(PREAMBLE_LEN));
+    out.extend_from_slice(&Preamble::warmup(0).encode());
+    let left = deadline.saturating_duration_since(Instant::now());
+    stream
+        .set_write_timeout(Some(left.max(Duration::from_millis(1))))
+        .ok();
+    let sent = stream.write_all(&out);
+    stream.set_write_timeout(None).ok();
+    sent.map_err(|e| {
+        TransferError::new(
+            ErrorCode::ConnectionLost,
+            format!("answering a warm-up: {e}"),
+        )
+    })
 }
 
 /// Fills `b` from `stream` before `deadline`.
@@ -217,6 +295,74 @@ mod tests {
         assert!(began.elapsed() < Duration::from_secs(5));
         assert!(e.message.contains("warm-up"), "{}", e.message);
         drop(c);
+    }
+
+    #[test]
+    fn a_pull_asks_and_the_server_answers_once() {
+        let (mut c, mut s) = pair();
+        let server = std::thread::spawn(move || {
+            let first = crate::handshake::read_preamble(&mut s)?;
+            past_warmups(&mut s, first, Duration::from_secs(10))
+        });
+        ask_warm_up(&c).unwrap();
+        ask_warm_up(&c).unwrap();
+        past_answer(&mut c, Duration::from_secs(10)).unwrap();
+        c.write_all(&data_preamble().encode()).unwrap();
+        assert_eq!(server.join().unwrap().unwrap(), data_preamble());
+        // One answer for two asks: nothing more follows it.
+        c.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut more = [0u8; 1];
+        let after = std::io::Read::read(&mut c, &mut more);
+        assert!(!matches!(after, Ok(n) if n > 0), "{after:?}");
+    }
+
+    /// What the client makes of `bytes` as the server's answer.
+    fn client_reads(bytes: Vec<u8>) -> Result<(), TransferError> {
+        let (mut c, mut s) = pair();
+        let writer = std::thread::spawn(move || {
+            let _ = s.write_all(&bytes);
+            s
+        });
+        let res = past_answer(&mut c, Duration::from_secs(5));
+        drop(c);
+        drop(writer.join());
+        res
+    }
+
+    #[test]
+    fn a_client_refuses_an_answer_that_is_not_warm_ups() {
+        let mut ok = warmups(20_000);
+        ok.extend_from_slice(&Preamble::warmup(0).encode());
+        client_reads(ok).unwrap();
+        let e = client_reads(data_preamble().encode().to_vec()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Protocol);
+        let e = client_reads(Preamble::warmup_asking().encode().to_vec()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Protocol, "an answer does not ask");
+        let mut long = Vec::new();
+        for _ in 0..(MAX_WARMUP / u16::MAX as usize + 1) {
+            long.extend_from_slice(&Preamble::warmup(u16::MAX).encode());
+            long.resize(long.len() + u16::MAX as usize, 0);
+        }
+        let e = client_reads(long).unwrap_err();
+        assert!(e.message.contains("more than"), "{}", e.message);
+        let e = client_reads(warmups(1_000)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConnectionLost, "closed before its end");
+    }
+
+    #[test]
+    fn a_warmup_of_another_version_or_flag_is_refused() {
+        let mut other = Preamble::warmup(10);
+        other.version -= 1;
+        let mut flagged = Preamble::warmup(10);
+        flagged.session[3] = 1;
+        for pre in [other, flagged] {
+            let mut bytes = pre.encode().to_vec();
+            bytes.resize(bytes.len() + 10, 0);
+            bytes.extend_from_slice(&data_preamble().encode());
+            let e = server_reads(bytes, Duration::from_secs(10)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Protocol, "{pre:?}");
+        }
     }
 
     proptest::proptest! {

@@ -38,7 +38,7 @@ pub use msg::{SHARE_BACKGROUND, SHARE_FAIR, SHARE_OFF};
 pub use msg::{TRANSPORT_TCP, TRANSPORT_UDP};
 pub use preamble::{
     ConnKind, HandshakeAnswer, HandshakeWishes, PinnedOpening, Preamble, PreambleReply, MAGIC,
-    MAX_EARLY_REQUEST, MAX_WARMUP, PREAMBLE_LEN, PROTOCOL_VERSION,
+    MAX_EARLY_REQUEST, MAX_WARMUP, PREAMBLE_LEN, PROTOCOL_VERSION, WARMUP_ASK,
 };
 
 /// Largest sealed frame body a peer may announce (P-4): a block of at most

@@ -28,6 +28,9 @@ pub const MAGIC: [u8; 4] = *b"HAUL";
 /// warm-up before a pinned start's data preamble (P-49).
 pub const PROTOCOL_VERSION: u16 = 24;
 
+/// A warm-up's `session[0]` when it asks for warm-ups back (P-49).
+pub const WARMUP_ASK: u8 = 1;
+
 /// The most padding a connection's warm-ups carry in all (P-49,
 /// "Security limits"): four times TCP's usual first window at MTU 9000.
 pub const MAX_WARMUP: usize = 256 << 10;
@@ -79,6 +82,24 @@ impl Preamble {
             kind: ConnKind::Warmup,
             session: [0; 16],
             stream: padding,
+        }
+    }
+
+    /// A client's warm-up that asks the server for warm-ups back (P-49):
+    /// a pull's data flows from the server.
+    pub fn warmup_asking() -> Preamble {
+        let mut p = Preamble::warmup(0);
+        p.session[0] = WARMUP_ASK;
+        p
+    }
+
+    /// Whether a warm-up asks for warm-ups back; `None` if its `session`
+    /// holds anything else than that one flag.
+    pub fn warmup_asks(&self) -> Option<bool> {
+        match self.session {
+            [0, rest @ ..] if rest == [0; 15] => Some(false),
+            [WARMUP_ASK, rest @ ..] if rest == [0; 15] => Some(true),
+            _ => None,
         }
     }
 }
@@ -320,6 +341,15 @@ mod tests {
         let w = Preamble::warmup(65_535);
         assert_eq!(w.encode()[6], 5);
         assert_eq!(Preamble::decode(&w.encode()).unwrap(), w);
+        assert_eq!(w.warmup_asks(), Some(false));
+        let ask = Preamble::warmup_asking();
+        assert_eq!(
+            Preamble::decode(&ask.encode()).unwrap().warmup_asks(),
+            Some(true)
+        );
+        let mut odd = ask;
+        odd.session[15] = 1;
+        assert_eq!(odd.warmup_asks(), None);
         let r = PreambleReply {
             version: 9,
             accepted: false,
