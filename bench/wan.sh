@@ -38,7 +38,7 @@ ALL_PROFILES=(
   "fast|4000M|75|0"
 )
 ALL_DATASETS=(random zeros text tree usr)
-ALL_TOOLS=(haul haul-fresh haul-tcp haul-noenc haul-nocomp haul-lz4 haul-zstd haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
+ALL_TOOLS=(haul haul-fresh haul-tcp haul-tcp-pull haul-noenc haul-nocomp haul-lz4 haul-zstd haul-ssh haul-ssh-relay scp rsync nc nc-zstd nc-pigz uftp iperf3-cubic iperf3-bbr)
 QUICK_PROFILES=lan,wan,wan-loss1
 QUICK_TOOLS=haul,haul-noenc,haul-ssh,rsync,nc,nc-zstd,iperf3-cubic,iperf3-bbr
 
@@ -448,7 +448,7 @@ EOF
 
 start_servers() {
   local logf
-  if ((HAUL_OK)) && want_any haul haul-fresh haul-noenc haul-tcp haul-nocomp haul-lz4 haul-zstd; then
+  if ((HAUL_OK)) && want_any haul haul-fresh haul-noenc haul-tcp haul-tcp-pull haul-nocomp haul-lz4 haul-zstd; then
     logf=$TMP_DIR/haul-serve-$NS_B.log
     start_bg srv "$logf" "$SERVER_TTL" ip netns exec "$NS_B" "$HAUL" serve --root "$RECV" \
       --listen "$ADDR_B:$HAUL_PORT" --key "$HAUL_HOME/server.key" --authorized-keys "$HAUL_HOME/authorized_keys"
@@ -645,6 +645,28 @@ tool_haul() { # tool_haul DATASET CAP [--no-encrypt]
   fi
 }
 
+# tool_haul_pull DATASET CAP [FLAGS]: the same file the other way: the
+# daemon on NAME-b sends it (a hard link in its root, made before the
+# clock starts) to the client on NAME-a, into the same place a push puts
+# it, so that the same check verifies it.
+tool_haul_pull() {
+  local d=$1 cap=$2 rc=0 json=$TMP_DIR/run.json name
+  shift 2
+  name=$(basename "${DS_PATH[$d]}")
+  if [[ ${DS_KIND[$d]} == tree ]]; then R_STATUS=skipped; R_NOTE="pull rows take one file"; return; fi
+  if ((!HAUL_OK)) || [[ -z $HAUL_PID ]]; then R_STATUS=skipped; R_NOTE="haul or haul serve unavailable"; return; fi
+  mkdir -p "$RECV/.pull"
+  ln -f "${DS_PATH[$d]}" "$RECV/.pull/$name" 2>/dev/null || cp -- "${DS_PATH[$d]}" "$RECV/.pull/$name"
+  client "$cap" "$json" "$HAUL" cp --json -q "$@" -i "$HAUL_HOME/client.key" \
+    --known-hosts "$HAUL_HOME/known_hosts" "$ADDR_B:$HAUL_PORT:.pull/$name" "$RECV/$name" || rc=$?
+  rm -rf -- "$RECV/.pull"
+  rc_status "$rc" "haul"
+  R_TL=$(haul_timeline "$json")
+  if [[ $R_STATUS == fail ]]; then
+    R_NOTE="haul exit $rc: $(tail -n 1 "$json.err" | tr ',\n' ';  ' | cut -c1-120)"
+  fi
+}
+
 # tool_haul_ssh DATASET CAP [--through-ssh]: no daemon; haul starts
 # `haul serve --stdio` on NAME-b through the same sshd scp and rsync use.
 # ssh_login_sample: times `ssh host true` through the link once, ssh's own
@@ -795,6 +817,7 @@ run_one() {
       haul-fresh) rm -rf "$HAUL_HOME/known-paths"; tool_haul "$d" "$cap" ;;
       haul-noenc) tool_haul "$d" "$cap" --no-encrypt ;;
       haul-tcp) tool_haul "$d" "$cap" --transport tcp ;;
+      haul-tcp-pull) tool_haul_pull "$d" "$cap" --transport tcp ;;
       haul-nocomp) tool_haul "$d" "$cap" --compress none ;;
       haul-lz4) tool_haul "$d" "$cap" --compress lz4 ;;
       haul-zstd) tool_haul "$d" "$cap" --compress zstd ;;

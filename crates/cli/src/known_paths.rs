@@ -1,7 +1,7 @@
 //! What the last transfers to each host measured of its path, kept in
 //! `$HAUL_HOME/known-paths/`: the UDP sender's capacity estimate, the rate
-//! a push over TCP streams moved, and the round trip they were measured
-//! at. The next push to the same host starts its UDP channel at the UDP
+//! a push or pull over TCP streams moved, and the round trip they were
+//! measured at. The next push to the same host starts its UDP channel at the UDP
 //! estimate instead of probing up from 100 Mbit/s (P-26), which saves
 //! about a second at 150 ms and several at 600 ms, and any transfer sizes
 //! its TCP streams for the path's rate rather than 10 Gbit/s. A stale or
@@ -30,8 +30,8 @@ struct Saved {
     /// The UDP sender's estimate, bytes per second of datagram payload;
     /// 0 if unknown.
     rate: u64,
-    /// What a push over TCP moved while data flowed, wire bytes per
-    /// second; 0 if unknown.
+    /// What a push or pull over TCP moved while data flowed, wire bytes
+    /// per second; 0 if unknown.
     #[serde(default)]
     tcp_rate: u64,
     rtt_ms: f64,
@@ -109,8 +109,9 @@ pub fn forget_payload(peer: &Peer, ssh: bool) {
     }
 }
 
-/// Keeps what a finished push measured. Nothing is kept when the UDP
-/// sender never left startup, or a push over TCP moved less than 64 MiB
+/// Keeps what a finished push or pull measured. Nothing is kept when the
+/// UDP sender never left startup (or was the server's: a pull over UDP
+/// keeps nothing), or a transfer over TCP moved less than 64 MiB
 /// (transfers too short to fill the path). A failure to write is only
 /// logged: the transfer itself succeeded.
 pub fn save(peer: &Peer, ssh: bool, r: &Report) {

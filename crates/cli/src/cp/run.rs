@@ -179,7 +179,9 @@ fn pull_into_objects(
     let bar = Bar::start(conn.progress(), r.show);
     let got = conn.pull(sources, a.recursive, &sink);
     bar.finish();
-    finish(got, r.dialer, (r.peer.as_ref(), r.ssh))
+    let rep = finish(got, r.dialer, (r.peer.as_ref(), r.ssh))?;
+    remember(r.peer.as_ref(), r.ssh, &rep);
+    Ok(rep)
 }
 
 /// The peer's files pulled into a local path (or standard output).
@@ -209,7 +211,9 @@ fn pull_into_path(
     let bar = Bar::start(conn.progress(), show);
     let got = conn.pull(sources, a.recursive, &sink);
     bar.finish();
-    finish(got, r.dialer, (r.peer.as_ref(), r.ssh)).map_err(unmake)
+    let rep = finish(got, r.dialer, (r.peer.as_ref(), r.ssh)).map_err(unmake)?;
+    remember(r.peer.as_ref(), r.ssh, &rep);
+    Ok(rep)
 }
 
 fn local_destination(dest: &str, many: bool, contents: bool) -> Result<Destination, TransferError> {

@@ -8,7 +8,7 @@ use store::{BlockSink, BlockSource, Sink, Sources, Walked};
 use wire::{ErrorCode, Op, Request};
 
 use super::config::Transport;
-use super::connected::{Connected, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
+use super::connected::{auto_streams, Connected, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
 use super::report::{ProbeRun, Report};
 use connect::error::TransferError;
 use connect::join::DataPlan;
@@ -207,6 +207,22 @@ impl Connected {
         (n.max(ramp), window)
     }
 
+    /// Streams for a pull, and their window: sized as for a first
+    /// transfer (the `--rate` cap, else 10 Gbit/s), whatever a known path
+    /// measured. The server sends, with no ceiling to hold the extra
+    /// streams a known push opens (P-46), and sized for the known rate
+    /// a 1 Gbit/s, 150 ms path got 2 streams, whose first windows took so
+    /// long to grow that a pull after a push moved 1 GiB at 761 Mbit/s
+    /// where a first pull's 6 streams moved 791.
+    fn pull_streams(&self) -> (u16, u64) {
+        let (n, window) = self.streams();
+        let auto = self.cfg.streams.is_none() && self.cfg.advice.is_none();
+        match auto {
+            true => (auto_streams(self.rtt, self.cfg.rate, window), window),
+            false => (n, window),
+        }
+    }
+
     /// What the last transfer to this host measured, over either transport,
     /// at a round trip this one's could be with a queue standing, and that
     /// round trip (P-46: what the TCP streams' sharing takes for the path).
@@ -289,7 +305,7 @@ impl Connected {
         recursive: bool,
         sink: &dyn BlockSink,
     ) -> Result<Report, TransferError> {
-        let (streams, window) = self.streams();
+        let (streams, window) = self.pull_streams();
         let contents = sources.iter().any(|s| store::names_contents(s.as_bytes()));
         let basis = match &self.cfg.basis {
             Some(b) => {
