@@ -3,7 +3,7 @@
 //! connections or the UDP channel). A [`Connected`] is ready for one
 //! request; `ops` carries out each.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,13 +15,17 @@ use connect::error::TransferError;
 use connect::framed::{FrameReader, FrameWriter};
 use connect::handshake;
 use connect::handshake::CONTROL_PROTECTION;
-use connect::join::{client_join, keyed, DataConn, DataPlan};
-use connect::net::{self, BufferLimits, Tuning};
+use connect::join::{client_join, keyed, DataPlan};
+use connect::net::BufferLimits;
 use connect::progress::{Mark, Progress};
 use connect::sizing::{size_udp_buffers, udp_buffer};
 use connect::warmup;
 
 use super::config::{choose_transport, ClientConfig, KnownPath, ServerTrust, Transport};
+use super::dial::{
+    auto_streams, dial, resolve, sole_address, stream_buffer, Dialer, EarlyStreams, Joining,
+    Pending, Warm,
+};
 use super::report::Tail;
 use super::route::SshRoute;
 
@@ -76,198 +80,6 @@ pub(super) struct HelloSent {
     session: [u8; 16],
     send_key: secure::DatagramKey,
     recv_key: secure::DatagramKey,
-}
-
-/// Streams to open when the user gave no `--streams` (documented in
-/// docs/ARCHITECTURE.md): enough that per-stream windows cover the
-/// bandwidth-delay product of the rate we aim for (the `--rate` cap, else
-/// 10 Gbit/s) at the measured RTT, at least the host's share of cores for a
-/// transfer (`connect::sizing::core_share`: one per core up to 4, half of a
-/// larger host's), at most 16.
-pub fn auto_streams(rtt: Duration, rate: Option<u64>, stream_window: u64) -> u16 {
-    let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
-    let need = (target * rtt.as_secs_f64() / stream_window.max(1) as f64).ceil() as u64;
-    let cores = connect::sizing::host_core_share() as u64;
-    need.max(cores).clamp(1, 16) as u16
-}
-
-fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TransferError> {
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| TransferError::new(ErrorCode::Connect, format!("unknown host {host:?}: {e}")))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(TransferError::new(
-            ErrorCode::Connect,
-            format!("unknown host {host:?}: no addresses"),
-        ));
-    }
-    Ok(addrs)
-}
-
-/// A forced socket buffer for one of `streams` data connections: twice its
-/// share of the bandwidth-delay product at the target rate (the `--rate`
-/// cap, else 10 Gbit/s), between 4 MiB and [`net::FORCED_BUFFER`].
-pub fn stream_buffer(rtt: Duration, rate: Option<u64>, streams: u16) -> usize {
-    let target = rate.unwrap_or(10_000_000_000 / 8) as f64;
-    let share = 2.0 * target * rtt.as_secs_f64() / streams.max(1) as f64;
-    (share as usize).clamp(4 << 20, net::FORCED_BUFFER)
-}
-
-fn dial(addr: &SocketAddr, cfg: &ClientConfig) -> Result<TcpStream, TransferError> {
-    Dialer::new(cfg, cfg.tuning.clone()).connect(addr)
-}
-
-/// How to open a connection to the server, owned, so that each data
-/// connection can be dialled on a thread of its own.
-#[derive(Clone)]
-struct Dialer {
-    host: String,
-    port: u16,
-    timeout: Duration,
-    tuning: Tuning,
-    relay: Option<super::config::Relay>,
-}
-
-impl Dialer {
-    pub(super) fn new(cfg: &ClientConfig, tuning: Tuning) -> Dialer {
-        Dialer {
-            host: cfg.host.clone(),
-            port: cfg.port,
-            timeout: cfg.connect_timeout,
-            tuning,
-            relay: cfg.relay.clone(),
-        }
-    }
-
-    /// Tunes a connection made before the data path was sized.
-    fn tune(&self, s: &TcpStream) {
-        net::tune_accepted(s, &self.tuning);
-    }
-
-    fn connect(&self, addr: &SocketAddr) -> Result<TcpStream, TransferError> {
-        if let Some(relay) = &self.relay {
-            return relay(self.timeout).map_err(|e| {
-                TransferError::new(
-                    ErrorCode::Connect,
-                    format!(
-                        "no connection to {}:{} through the job's client: {e}",
-                        self.host, self.port
-                    ),
-                )
-            });
-        }
-        net::connect(addr, &self.tuning, self.timeout).map_err(|e| {
-            let why = match e.kind() {
-                std::io::ErrorKind::ConnectionRefused => {
-                    "connection refused (is `haul serve` running there, on that port?)".to_string()
-                }
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                    format!("no answer within {}s", self.timeout.as_secs())
-                }
-                _ => e.to_string(),
-            };
-            TransferError::new(
-                ErrorCode::Connect,
-                format!(
-                    "cannot connect to {addr} ({}:{}): {why}",
-                    self.host, self.port
-                ),
-            )
-        })
-    }
-}
-
-/// Data connections being dialled and joined, each on its own thread.
-type Joining = Vec<std::thread::JoinHandle<Result<DataConn, TransferError>>>;
-
-/// What a data connection dialled before its session's keys does while
-/// they come (P-49); it also says which way the data goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Warm {
-    Not,
-    /// Fills its first window with warm-ups: it will send the data.
-    Send,
-    /// Asks the server for warm-ups back: the server will send the data.
-    Ask,
-}
-
-impl Warm {
-    /// Warms `s` up; whether the server was asked for warm-ups back. A
-    /// connection that cannot write its warm-up fails its join, which
-    /// says so.
-    fn meanwhile(self, s: &TcpStream) -> bool {
-        match self {
-            Warm::Not => false,
-            Warm::Send => {
-                let _ = warmup::warm_up(s);
-                false
-            }
-            Warm::Ask => warmup::ask_warm_up(s).is_ok(),
-        }
-    }
-}
-
-/// Data connections dialled before the session's keys exist (a pinned
-/// start's, P-48): each waits for its keys to join.
-struct EarlyStreams {
-    joining: Joining,
-    keys: Vec<std::sync::mpsc::Sender<SessionKeys>>,
-}
-
-impl EarlyStreams {
-    /// Hands each connection the session's keys: it joins as soon as it
-    /// is connected.
-    fn join_with(self, keys: &SessionKeys) -> Joining {
-        for tx in self.keys {
-            // A connection whose dial failed has gone; its error waits
-            // in its handle.
-            let _ = tx.send(keys.clone());
-        }
-        self.joining
-    }
-}
-
-/// A pinned start's control connection before its handshake (P-48).
-pub(super) enum Pending {
-    Ready(TcpStream),
-    /// Still being dialled on a thread of its own, so that the request's
-    /// data connections can be dialled beside it and warmed up while the
-    /// handshake runs (P-49).
-    Dialling(std::thread::JoinHandle<Result<TcpStream, TransferError>>),
-}
-
-impl Pending {
-    /// The connection, once it is made.
-    fn connected(self, progress: &Progress) -> Result<TcpStream, TransferError> {
-        match self {
-            Pending::Ready(s) => Ok(s),
-            Pending::Dialling(dialling) => {
-                let s = dialling.join().unwrap_or_else(|_| {
-                    Err(TransferError::new(
-                        ErrorCode::Connect,
-                        "the thread dialling the server stopped",
-                    ))
-                })?;
-                progress.timeline.mark(Mark::Connected);
-                Ok(s)
-            }
-        }
-    }
-}
-
-/// The one address a pinned start dials while the data connections are
-/// dialled beside it (P-49); `None` where there are several to try in turn
-/// (or none: the ordinary dial says why).
-fn sole_address(cfg: &ClientConfig) -> Option<SocketAddr> {
-    let addrs = match cfg.dial.is_empty() {
-        true => resolve(&cfg.host, cfg.port).ok()?,
-        false => cfg.dial.clone(),
-    };
-    match addrs[..] {
-        [one] => Some(one),
-        _ => None,
-    }
 }
 
 /// Decides whether `key` is the server's (P-3, P-27).
@@ -677,7 +489,8 @@ impl Connected {
             Op::Pull => Warm::Ask,
             _ => Warm::Not,
         };
-        let early = (pinned && streams_now).then(|| self.dial_streams_early(requested, warm));
+        let early = (pinned && streams_now)
+            .then(|| self.dial_streams_early(requested, warm, warm == Warm::Ask));
         let mut sent = match pinned {
             true => self.send_request(&req)?,
             false => Ok(()),
@@ -690,7 +503,7 @@ impl Connected {
         let joining = match early {
             Some(early) if sent.is_ok() => Some(early.join_with(&self.ctrl()?.keys)),
             _ => (streams_now && sent.is_ok())
-                .then(|| self.dial_streams(requested, warm))
+                .then(|| self.dial_streams(requested, warm == Warm::Ask))
                 .transpose()?,
         };
         // A refusal (unknown key, busy) explains a failed send better.
@@ -812,7 +625,7 @@ impl Connected {
         Progress::set(&progress.streams, streams as u64);
         let mut joining = match joining {
             Some(j) => j,
-            None => self.dial_streams(streams, warm)?,
+            None => self.dial_streams(streams, warm == Warm::Ask)?,
         };
         // Connections beyond those accepted are closed (no server asks
         // for fewer today).
@@ -835,19 +648,22 @@ impl Connected {
     }
 
     /// Dials data connections `1..=streams` and joins them to the session
-    /// (P-20), each on its own thread.
-    fn dial_streams(&mut self, streams: u16, warm: Warm) -> Result<Joining, TransferError> {
+    /// (P-20), each on its own thread; `receiving` where the server sends.
+    fn dial_streams(&mut self, streams: u16, receiving: bool) -> Result<Joining, TransferError> {
         let keys = self.ctrl()?.keys.clone();
-        Ok(self.dial_streams_early(streams, warm).join_with(&keys))
+        Ok(self
+            .dial_streams_early(streams, Warm::Not, receiving)
+            .join_with(&keys))
     }
 
     /// Dials data connections `1..=streams` now, each on its own thread,
     /// before the session has keys: each joins (P-20) once
     /// [`EarlyStreams::join_with`] hands it them, and is closed if it
     /// never does. One that is connected before its keys come warms up
-    /// meanwhile as `warm` says (P-49). The RTT must be known (measured,
+    /// meanwhile as `warm` says (P-49); `receiving` where the server sends.
+    /// The RTT must be known (measured,
     /// or a known path's).
-    fn dial_streams_early(&mut self, streams: u16, warm: Warm) -> EarlyStreams {
+    fn dial_streams_early(&mut self, streams: u16, warm: Warm, receiving: bool) -> EarlyStreams {
         // Where buffers can be forced, size each data connection's to its
         // share of the path's BDP instead of the maximum. Not from a known
         // rate where this side receives: the window must cover a standing
@@ -855,9 +671,9 @@ impl Connected {
         // a 1 Gbit/s, 150 ms path where a first pull's moved 800).
         let mut tuning = self.cfg.tuning.clone();
         if tuning.force_buffer.is_some() {
-            let rate = match warm {
-                Warm::Ask => self.cfg.rate,
-                _ => self.target_rate(),
+            let rate = match receiving {
+                true => self.cfg.rate,
+                false => self.target_rate(),
             };
             tuning.force_buffer = Some(stream_buffer(self.rtt, rate, streams));
         }
@@ -1040,23 +856,8 @@ mod tests {
     }
 
     #[test]
-    fn stream_rules() {
+    fn udp_buffer_rules() {
         let ms = Duration::from_millis;
-        // Loopback: the host's share of cores.
-        let cores = connect::sizing::host_core_share() as u16;
-        assert_eq!(auto_streams(ms(0), None, 4 << 20), cores.clamp(1, 16));
-        // 150 ms with 2.7 MB windows: capped at 16.
-        assert_eq!(auto_streams(ms(150), None, 2_800_000), 16);
-        // 150 ms with 32 MiB windows, 10 Gbit/s target: 6.
-        assert_eq!(auto_streams(ms(150), None, 32 << 20), 6.max(cores));
-        // A 500 Mbit/s cap needs fewer.
-        assert_eq!(
-            auto_streams(ms(150), Some(62_500_000), 32 << 20),
-            1.max(cores)
-        );
-        assert_eq!(stream_buffer(ms(150), None, 6), 62_500_000);
-        assert_eq!(stream_buffer(ms(1), None, 6), 4 << 20);
-        assert_eq!(stream_buffer(ms(600), None, 2), net::FORCED_BUFFER);
         // UDP buffers: a BDP at the target rate, within bounds.
         use connect::sizing::{UDP_BUFFER_MAX, UDP_BUFFER_MIN};
         assert_eq!(udp_buffer(ms(1), None), UDP_BUFFER_MIN);

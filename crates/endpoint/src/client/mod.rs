@@ -12,6 +12,7 @@
 
 mod config;
 mod connected;
+mod dial;
 mod keyed;
 mod managed;
 mod ops;
@@ -22,7 +23,8 @@ pub use config::{
     choose_transport, Advice, ClientConfig, KnownPath, Notice, Relay, Route, ServerTrust,
     Transport, AUTO_UDP_RTT,
 };
-pub use connected::{auto_streams, stream_buffer, Connected};
+pub use connected::Connected;
+pub use dial::{auto_streams, stream_buffer};
 pub use managed::{GrantAsk, JobSession};
 pub use report::{ProbeRun, Report, UdpReport};
 pub use route::SshRoute;

@@ -8,7 +8,8 @@ use store::{BlockSink, BlockSource, Sink, Sources, Walked};
 use wire::{ErrorCode, Op, Request};
 
 use super::config::Transport;
-use super::connected::{auto_streams, Connected, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
+use super::connected::{Connected, ZERO_WAIT_MAX, ZERO_WAIT_MIN};
+use super::dial::auto_streams;
 use super::report::{ProbeRun, Report};
 use connect::error::TransferError;
 use connect::join::DataPlan;
