@@ -461,6 +461,41 @@ fn a_pinned_transfer_warms_its_data_connections_up() {
     assert_eq!(asked, 2, "both data connections asked for warm-ups");
 }
 
+/// A pinned start dials its control connection on a thread (P-49): a
+/// daemon that has stopped is still a refused connection, exit 3, said
+/// as plainly as for a first contact, both ways and over either
+/// transport, with no file left half-made.
+#[test]
+fn a_pinned_start_to_a_stopped_daemon_says_so() {
+    let env = Env::new();
+    let mut server = env.serve();
+    let src = env.local.join("s.bin");
+    write_file(&src, &random_bytes(1 << 20, 51));
+    ok(&env.cp(&[src.to_str().unwrap(), &env.remote(&server, "s.bin")]));
+    known_path(&env, server.port, 0);
+    let remote = env.remote(&server, "s.bin");
+    server.kill();
+    let back = env.local.join("back.bin");
+    for transport in ["tcp", "udp"] {
+        let push = ["--transport", transport, src.to_str().unwrap(), &remote];
+        let err = fails(&env.cp(&push), 3);
+        assert!(
+            err.contains("connection refused"),
+            "push over {transport}: {err}"
+        );
+        let pull = ["--transport", transport, &remote, back.to_str().unwrap()];
+        let err = fails(&env.cp(&pull), 3);
+        assert!(
+            err.contains("connection refused"),
+            "pull over {transport}: {err}"
+        );
+        assert!(
+            !back.exists(),
+            "nothing made by a pull that never connected"
+        );
+    }
+}
+
 #[test]
 fn trailing_slash_copies_a_directorys_contents_like_rsync() {
     let env = Env::new();
