@@ -132,11 +132,12 @@ fn answer(mut stream: &TcpStream, deadline: Instant) -> Result<(), TransferError
     let mut out = warmups(first_window(stream).saturating_sub(PREAMBLE_LEN));
     out.extend_from_slice(&Preamble::warmup(0).encode());
     let left = deadline.saturating_duration_since(Instant::now());
+    let before = stream.write_timeout().ok().flatten();
     stream
         .set_write_timeout(Some(left.max(Duration::from_millis(1))))
         .ok();
     let sent = stream.write_all(&out);
-    stream.set_write_timeout(None).ok();
+    stream.set_write_timeout(before).ok();
     sent.map_err(|e| {
         TransferError::new(
             ErrorCode::ConnectionLost,

@@ -23,7 +23,7 @@ use connect::warmup;
 
 use super::config::{choose_transport, ClientConfig, KnownPath, ServerTrust, Transport};
 use super::dial::{
-    auto_streams, dial, resolve, sole_address, stream_buffer, Dialer, EarlyStreams, Joining,
+    addresses, auto_streams, dial, dial_among, stream_buffer, Dialer, EarlyStreams, Joining,
     Pending, Warm,
 };
 use super::report::Tail;
@@ -151,14 +151,19 @@ impl Connected {
     pub fn connect(cfg: ClientConfig) -> Result<Connected, TransferError> {
         let started = Instant::now();
         let pinned = pinned_key(&cfg);
-        if let Some(addr) = pinned.and_then(|_| sole_address(&cfg)) {
+        if pinned.is_none() {
+            let (addr, stream) = Connected::dial_first(&cfg)?;
+            return Connected::establish(cfg, addr, stream, started);
+        }
+        let addrs = addresses(&cfg)?;
+        if let [addr] = addrs[..] {
             let dialer = Dialer::new(&cfg, cfg.tuning.clone());
             let dialling = std::thread::spawn(move || dialer.connect(&addr));
             let mut c = Connected::unkeyed(cfg, addr, started, pinned);
             c.pending = Some(Pending::Dialling(dialling));
             return Ok(c);
         }
-        let (addr, stream) = Connected::dial_first(&cfg)?;
+        let (addr, stream) = dial_among(&cfg, &addrs)?;
         Connected::establish(cfg, addr, stream, started)
     }
 
@@ -170,24 +175,7 @@ impl Connected {
             let addr = SocketAddr::from(([0, 0, 0, 0], cfg.port));
             return Ok((addr, dial(&addr, cfg)?));
         }
-        let addrs = if cfg.dial.is_empty() {
-            resolve(&cfg.host, cfg.port)?
-        } else {
-            cfg.dial.clone()
-        };
-        let mut last = None;
-        for a in &addrs {
-            match dial(a, cfg) {
-                Ok(s) => return Ok((*a, s)),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| {
-            TransferError::new(
-                ErrorCode::Connect,
-                format!("no address to reach {}", cfg.host),
-            )
-        }))
+        dial_among(cfg, &addresses(cfg)?)
     }
 
     /// Authenticates over a connection [`Connected::dial_first`] made; to a

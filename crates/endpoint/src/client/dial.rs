@@ -31,7 +31,7 @@ pub fn auto_streams(rtt: Duration, rate: Option<u64>, stream_window: u64) -> u16
     need.max(cores).clamp(1, 16) as u16
 }
 
-pub(super) fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TransferError> {
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TransferError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| TransferError::new(ErrorCode::Connect, format!("unknown host {host:?}: {e}")))?
@@ -196,18 +196,33 @@ impl Pending {
     }
 }
 
-/// The one address a pinned start dials while the data connections are
-/// dialled beside it (P-49); `None` where there are several to try in turn
-/// (or none: the ordinary dial says why).
-pub(super) fn sole_address(cfg: &ClientConfig) -> Option<SocketAddr> {
-    let addrs = match cfg.dial.is_empty() {
-        true => resolve(&cfg.host, cfg.port).ok()?,
-        false => cfg.dial.clone(),
-    };
-    match addrs[..] {
-        [one] => Some(one),
-        _ => None,
+/// The server's addresses: those given, or its name's.
+pub(super) fn addresses(cfg: &ClientConfig) -> Result<Vec<SocketAddr>, TransferError> {
+    match cfg.dial.is_empty() {
+        true => resolve(&cfg.host, cfg.port),
+        false => Ok(cfg.dial.clone()),
     }
+}
+
+/// Connects to the first of `addrs` that answers. Fails with `Connect`
+/// (3) if none does.
+pub(super) fn dial_among(
+    cfg: &ClientConfig,
+    addrs: &[SocketAddr],
+) -> Result<(SocketAddr, TcpStream), TransferError> {
+    let mut last = None;
+    for a in addrs {
+        match dial(a, cfg) {
+            Ok(s) => return Ok((*a, s)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        TransferError::new(
+            ErrorCode::Connect,
+            format!("no address to reach {}", cfg.host),
+        )
+    }))
 }
 
 #[cfg(test)]
