@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{random_bytes, temporaries, Env, HAUL};
+use common::{ok, random_bytes, temporaries, write_file, Env, HAUL};
 use harness::*;
 use hostile::{block, blocks_of, chunk, dir, end, file, link, push, Client, Served, Server};
 use secure::Keypair;
@@ -1422,4 +1422,72 @@ fn hostile_selection_is_refused_and_the_daemon_goes_on() {
     );
     case.daemon.assert_alive(case.name);
     case.finish();
+}
+
+/// P-49: a client that abuses warm-ups (too much padding, a warm-up of
+/// another version, one ahead of a control preamble, one that asks twice)
+/// gets at most one window back and is closed; the daemon still serves a
+/// genuine push afterwards.
+#[test]
+fn warmups_from_a_hostile_client_are_bounded() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    let server = env.serve();
+    let warmup = |padding: u16| {
+        let mut b = wire::Preamble::warmup(padding).encode().to_vec();
+        b.resize(b.len() + padding as usize, 0);
+        b
+    };
+    // What the daemon sends before it closes, bytes.
+    let answered = |bytes: Vec<u8>| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = s.write_all(&bytes);
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            })
+        };
+        let mut got = Vec::new();
+        let read = s.read_to_end(&mut got);
+        let _ = writer.join();
+        // Closed with the client's bytes unread is a reset: closed too.
+        let closed = match &read {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(closed, "closed, not timed out: {read:?}");
+        got.len()
+    };
+    let flood: Vec<u8> = (0..8).flat_map(|_| warmup(u16::MAX)).collect();
+    assert_eq!(answered(flood), 0, "more padding than MAX_WARMUP");
+    let mut old = wire::Preamble::warmup(0);
+    old.version -= 1;
+    assert_eq!(answered(old.encode().to_vec()), 0, "another version");
+    let mut control = warmup(100);
+    control.extend_from_slice(
+        &wire::Preamble {
+            version: wire::PROTOCOL_VERSION,
+            kind: wire::ConnKind::Control,
+            session: [0; 16],
+            stream: 0,
+        }
+        .encode(),
+    );
+    assert_eq!(
+        answered(control),
+        0,
+        "a warm-up ahead of a control preamble"
+    );
+    let ask = wire::Preamble::warmup_asking().encode().to_vec();
+    let twice = answered([ask.clone(), ask].concat());
+    assert!(
+        twice > 0 && twice <= wire::MAX_WARMUP + 2 * wire::PREAMBLE_LEN,
+        "one window for two asks: {twice} bytes"
+    );
+    let src = env.local.join("after.bin");
+    write_file(&src, &random_bytes(1 << 20, 52));
+    ok(&env.cp(&[src.to_str().unwrap(), &env.remote(&server, "after.bin")]));
+    assert!(fs::read(env.root.join("after.bin")).unwrap() == fs::read(&src).unwrap());
 }
