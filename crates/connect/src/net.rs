@@ -279,6 +279,8 @@ pub struct ShareInfo {
     pub in_flight: bool,
     pub srtt: Duration,
     pub min_rtt: Duration,
+    /// Segments sent again so far (lost, or taken for lost).
+    pub retrans: u32,
 }
 
 /// `s`'s [`ShareInfo`]; `None` before its first round trip is measured.
@@ -290,6 +292,7 @@ pub fn tcp_share_info(s: &TcpStream) -> Option<ShareInfo> {
         in_flight: info.tcpi_unacked > 0,
         srtt: Duration::from_micros(info.tcpi_rtt as u64),
         min_rtt: Duration::from_micros(info.tcpi_min_rtt as u64),
+        retrans: info.tcpi_total_retrans,
     })
 }
 

@@ -79,7 +79,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::compete::Compete;
+use crate::compete::{Compete, LEAST_SHARE};
 use crate::controller::{Feedback, RateController};
 
 const FLOOR: f64 = 64.0 * 1024.0;
@@ -539,13 +539,15 @@ impl Adaptive {
             None => c.grow(now, self.rate, fb.interval),
         };
         // Known the path (its peak, once slow start has overflowed the
-        // queue), competing keeps to about half of it: CUBIC's law alone
-        // converges on equal shares over minutes at these windows, and
-        // keeps whatever ratio it started from till then.
-        let ceiling = if floor > 0.0 && !c.in_slow_start() {
-            self.peak * FAIR_CEILING
+        // queue), competing keeps to about half of it at most: CUBIC's law
+        // alone converges on equal shares over minutes at these windows,
+        // and keeps whatever ratio it started from till then. Its least is
+        // no longer half (beside two CUBIC flows that took 0.6 of the
+        // link): CUBIC's cuts find a third beside two flows.
+        let (ceiling, floor) = if floor > 0.0 && !c.in_slow_start() {
+            (self.peak * FAIR_CEILING, self.peak * LEAST_SHARE)
         } else {
-            f64::MAX
+            (f64::MAX, floor)
         };
         self.set(rate.min(ceiling).max(floor));
         true

@@ -17,6 +17,11 @@ use std::time::Duration;
 const BETA: f64 = 0.7;
 const C: f64 = 0.4;
 
+/// The least share of the path a sender keeps while competing, however
+/// many flows share it (a 32nd: beside 31 CUBIC flows its fair share).
+pub(crate) const LEAST_SHARE: f64 = 1.0 / 32.0;
+
+#[derive(Debug)]
 pub(crate) struct Compete {
     /// Bytes a segment carries on this path: CUBIC counts in segments.
     segment: f64,

@@ -47,13 +47,22 @@
 //!    the gain each clear round trip was tried on the emulated link: a
 //!    CUBIC flow that BBR's startup had cut to a few segments grows back
 //!    over seconds, and the streams took the room first every time: it
-//!    kept 0.24 of the link.) Any other sample puts the cap back at the
-//!    floor: holding it while the queue stayed between `T / 4` and `T`
+//!    kept 0.24 of the link.) Any other sample puts the cap back on its
+//!    course (holding it while the queue stayed between `T / 4` and `T`
 //!    kept the streams at 0.7 of the link beside a CUBIC flow that was
-//!    growing back.
-//! 4. **Leaving.** Once the cap reaches [`SHORT`] of `peak`, the other
-//!    flow has left: the streams' congestion control restarts (BBR held
-//!    far under the path grows back a quarter each eight round trips) and
+//!    growing back): under `--background` the floor; under `--fair on`
+//!    one CUBIC flow's course from the floor ([`crate::compete`]), cut by
+//!    three tenths when the streams lose segments (the queue overflowed,
+//!    and the flows that fill it lost too; once an episode, the one that
+//!    showed the other flow included), growing back between as CUBIC does
+//!    (only while the streams fill the cap), never under [`LEAST_SHARE`]
+//!    of `peak`. The streams then take what one more CUBIC flow would:
+//!    about 1/(N+1) beside N of them, where a fixed half left two CUBIC
+//!    flows 0.53 of the link together.
+//! 4. **Leaving.** Once the cap reaches [`SHORT`] of `peak` (on room, or
+//!    on its course without a loss), the other flow has left: the
+//!    streams' congestion control restarts (BBR held far under the path
+//!    grows back a quarter each eight round trips) and
 //!    the cap is lifted, to the ceiling if there is one; without one a
 //!    grace starts over. (Short of `peak` itself: a `peak` read above the
 //!    path would have the streams fill the queue themselves on the way,
@@ -73,6 +82,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::adaptive::{BUSY_SHARE, WATCH, WATCH_ROUND_TRIPS};
+use crate::compete::{Compete, LEAST_SHARE};
 use crate::Share;
 
 /// Streams that deliver less than this share of `peak` beside a standing
@@ -94,7 +104,8 @@ const CEILING: f64 = 1.05;
 const PRESSING: f64 = 0.9;
 /// How much a ceiling the streams press against rises, each watch.
 const RAISE: f64 = 1.25;
-/// The fair share of the path the streams are held to while competing.
+/// The share of the path the streams are held to when they find another
+/// flow; from there the cap follows one CUBIC flow's course.
 const FAIR_SHARE: f64 = 0.5;
 const GRACE: Duration = Duration::from_secs(4);
 const GRACE_ROUND_TRIPS: u32 = 40;
@@ -170,6 +181,11 @@ pub struct TcpSample {
     pub srtt: Duration,
     /// The least round trip any stream has seen.
     pub min_rtt: Duration,
+    /// Segments the streams sent again since the last sample (lost, or
+    /// taken for lost).
+    pub lost: u32,
+    /// The streams' segment size, bytes.
+    pub mss: u32,
 }
 
 /// What the driver does to the streams.
@@ -218,6 +234,11 @@ pub struct TcpShare {
     watch: VecDeque<Seen>,
     /// The cap in force and the cap last handed to the driver.
     cap: Option<(f64, f64)>,
+    /// While held beside another flow under `--fair on`: the course the
+    /// cap follows, one CUBIC flow's (step 3), and when the streams last
+    /// lost segments.
+    cubic: Option<Compete>,
+    lossy: Duration,
     last: Duration,
     next: Duration,
 }
@@ -248,6 +269,8 @@ impl TcpShare {
             known: known as f64,
             watch: VecDeque::new(),
             cap: None,
+            cubic: None,
+            lossy: Duration::ZERO,
             last: Duration::ZERO,
             next: Duration::ZERO,
         }
@@ -335,8 +358,56 @@ impl TcpShare {
                     self.set_cap(cap)
                 }
             }
-            Some(_) => self.set_cap(self.floor()),
+            Some((cap, _)) => self.hold(now, interval, cap, &s),
         }
+    }
+
+    /// Another flow keeps the queue up while the streams are held at
+    /// `cap`: under `--background` they go back to the floor; under
+    /// `--fair on` the cap follows one CUBIC flow's course, cut by three
+    /// tenths once a loss episode when the streams lose segments (the
+    /// queue overflowed: the other flows lost too), growing back
+    /// between, never under [`LEAST_SHARE`] of `peak` nor over [`SHORT`]
+    /// of it.
+    fn hold(
+        &mut self,
+        now: Duration,
+        interval: Duration,
+        cap: f64,
+        s: &TcpSample,
+    ) -> Option<TcpAction> {
+        if self.share == Share::Background {
+            return self.set_cap(self.floor());
+        }
+        let least = (self.peak() * LEAST_SHARE).max(TRICKLE as f64);
+        let most = (SHORT * self.peak()).max(least);
+        let course = self.cubic.get_or_insert_with(|| {
+            let mut c = Compete::new(s.mss as usize, s.srtt);
+            c.leave_slow_start(now, cap);
+            c
+        });
+        // One cut a loss episode: losses a round trip or less after the
+        // last ones are the same overflow's, still being repaired.
+        let new_episode = s.lost > 0 && now >= self.lossy + s.srtt;
+        if s.lost > 0 {
+            self.lossy = now;
+        }
+        let cut = new_episode.then(|| course.loss(now, cap)).flatten();
+        let next = match cut {
+            Some(cut) => cut,
+            // Back on the course (after room the queue left, when it
+            // comes back); streams that do not fill the cap do not grow
+            // it, as CUBIC grows only a window that limits the flow.
+            None if (s.delivery as f64) < PRESSING * cap => {
+                course.grow(now, cap, interval).min(cap)
+            }
+            None => course.grow(now, cap, interval),
+        };
+        if next >= most {
+            // Probing found no loss up to the path: the others left.
+            return self.leave(now);
+        }
+        self.set_cap(next.max(least))
     }
 
     /// The watch's span at the current round trip.
@@ -448,9 +519,7 @@ impl TcpShare {
             return None;
         }
         self.grace = None;
-        let floor = self.floor();
-        self.cap = Some((floor, floor));
-        Some(TcpAction::Cap(floor as u64))
+        Some(self.hold_at_floor(now))
     }
 
     /// Whether the streams still speed up: the later half of the watch
@@ -485,9 +554,20 @@ impl TcpShare {
         if self.median_delivery() as f64 >= SHORT * self.peak() || self.own_startup() {
             return None;
         }
+        Some(self.hold_at_floor(now))
+    }
+
+    /// Holds the streams at the floor from `now`; losses until a round
+    /// trip passes without any, from two least round trips on (a queue
+    /// doubles the round trip, and the repair shows them a round trip
+    /// late), are those of the overflow that showed the
+    /// other flow (often the streams' own startup's), not a new one: the
+    /// hold was their cut.
+    fn hold_at_floor(&mut self, now: Duration) -> TcpAction {
         let floor = self.floor();
         self.cap = Some((floor, floor));
-        Some(TcpAction::Cap(floor as u64))
+        self.lossy = now + 2 * self.rtt;
+        TcpAction::Cap(floor as u64)
     }
 
     /// A ceiling the streams press against while the queue stays clear is
@@ -558,6 +638,7 @@ impl TcpShare {
 
     fn leave(&mut self, now: Duration) -> Option<TcpAction> {
         self.cap = None;
+        self.cubic = None;
         self.rates.clear();
         self.watch.clear();
         if self.ceiling.is_none() {

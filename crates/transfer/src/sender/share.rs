@@ -57,10 +57,11 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
             continue;
         };
         tracing::trace!(
-            "sharing: delivery {:.0} Mbit/s, srtt {:?}, least {:?}",
+            "sharing: delivery {:.0} Mbit/s, srtt {:?}, least {:?}, lost {}",
             s.delivery as f64 * 8e-6,
             s.srtt,
-            s.min_rtt
+            s.min_rtt,
+            s.lost
         );
         if let Some(action) = gov.on_sample(now, s) {
             act(data, action, gov.peak());
@@ -92,8 +93,8 @@ fn wait_until(sh: &Shared<SenderSession>, deadline: Instant) -> bool {
 /// a peak above the link has the streams' own dips look like another
 /// flow.)
 struct Meter {
-    /// Each stream's count when last read.
-    last: Vec<Option<u32>>,
+    /// Each stream's delivered and re-sent counts when last read.
+    last: Vec<Option<(u32, u32)>>,
     /// Bytes delivered by all streams since the first reading.
     total: u64,
     /// `(when, total)`, oldest first, reaching back a round trip.
@@ -122,14 +123,16 @@ impl Meter {
         data: &[TcpStream],
         base: Option<Duration>,
     ) -> Option<TcpSample> {
-        let mut busy = vec![];
+        let (mut busy, mut lost, mut mss) = (vec![], 0u32, 0u32);
         for (s, last) in data.iter().zip(&mut self.last) {
             let Some(i) = connect::net::tcp_share_info(s) else {
                 continue;
             };
-            if let Some(prev) = last.replace(i.delivered) {
-                let segments = u64::from(i.delivered.wrapping_sub(prev));
+            mss = mss.max(i.mss);
+            if let Some((delivered, retrans)) = last.replace((i.delivered, i.retrans)) {
+                let segments = u64::from(i.delivered.wrapping_sub(delivered));
                 self.total = self.total.saturating_add(segments * u64::from(i.mss));
+                lost = lost.saturating_add(i.retrans.wrapping_sub(retrans));
             }
             if i.in_flight {
                 busy.push((i.srtt, i.min_rtt));
@@ -145,6 +148,8 @@ impl Meter {
             delivery,
             srtt,
             min_rtt,
+            lost,
+            mss,
         })
     }
 
