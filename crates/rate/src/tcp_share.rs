@@ -34,7 +34,11 @@
 //!    after their drain) while they deliver the whole path. Streams whose
 //!    queue stood in their grace before they delivered [`OWN_QUEUE`] of
 //!    the peak they reach joined another flow's queue: they are held once
-//!    their startup is over (`joined_busy`). The grace
+//!    their startup is over (`joined_busy`). A watch in which the
+//!    streams' delivery collapsed under [`COLLAPSED`] of `peak`, once they
+//!    had delivered [`SHORT`] of it, saw their own dip, not another flow
+//!    (`own_dip`); a queue that stands while they deliver `SHORT` of the
+//!    peak is theirs, and gets them a ceiling (step 5). The grace
 //!    covers BBR's startup, whose overshoot fills the queue itself (the
 //!    same six streams: a full queue, 150 ms, from 1.5 s to 3.0 s after the
 //!    first data): it ends once the queue has passed `T` and fallen back
@@ -73,7 +77,9 @@
 //!    to a few segments every time), and there is no grace. A ceiling the
 //!    streams press against (their delivery at [`PRESSING`] of it) while
 //!    the queue stays clear for a watch rises by a quarter: the rate kept
-//!    may have been measured while sharing. Leaving a hold returns to the
+//!    may have been measured while sharing. Streams with none get one
+//!    when their queue stood through their grace, or stands later while
+//!    they deliver the path. Leaving a hold returns to the
 //!    ceiling.
 //!
 //! `--fair off` never caps.
@@ -133,6 +139,9 @@ const RAMPING: f64 = 1.25;
 /// queue of their own: sixteen and thirty-two streams' startups on the
 /// emulated link first passed the threshold at 0.46 to 0.9 of it.
 const OWN_QUEUE: f64 = 0.3;
+/// A watch in which the streams delivered less than this share of `peak`
+/// saw their own dip (see `own_dip`).
+const COLLAPSED: f64 = 0.25;
 /// Samples in a row over the threshold that make a standing queue.
 const STOOD: u32 = 3;
 /// A measured peak this close to the known figure is taken over it.
@@ -239,6 +248,8 @@ pub struct TcpShare {
     /// lost segments.
     cubic: Option<Compete>,
     lossy: Duration,
+    /// Whether the streams have delivered [`SHORT`] of `peak`.
+    full: bool,
     last: Duration,
     next: Duration,
 }
@@ -271,6 +282,7 @@ impl TcpShare {
             cap: None,
             cubic: None,
             lossy: Duration::ZERO,
+            full: false,
             last: Duration::ZERO,
             next: Duration::ZERO,
         }
@@ -329,6 +341,7 @@ impl TcpShare {
             }
         }
         self.measure(s.delivery);
+        self.full |= self.peak() > 0.0 && s.delivery as f64 >= SHORT * self.peak();
         let threshold = self.share.queue_threshold(self.rtt);
         let queue = s.srtt.saturating_sub(s.min_rtt);
         let interval = now.saturating_sub(self.last);
@@ -551,10 +564,40 @@ impl TcpShare {
         if !self.covered(now) || !holds || (busy as f64) < BUSY_SHARE * self.watch.len() as f64 {
             return None;
         }
-        if self.median_delivery() as f64 >= SHORT * self.peak() || self.own_startup() {
+        if self.median_delivery() as f64 >= SHORT * self.peak() {
+            // The streams deliver the path beside the queue: it is theirs.
+            // Left free they keep it full and lose packets to it (a first
+            // push whose grace a dip had ended lost 9% of its packets for
+            // 20 s), and their next dip passes for another flow.
+            return self.adopt_ceiling_once();
+        }
+        if self.own_startup() || self.own_dip() {
             return None;
         }
         Some(self.hold_at_floor(now))
+    }
+
+    /// A ceiling from what the streams measured, where they have none,
+    /// once they no longer speed up (mid-ramp, the peak is not yet the
+    /// path's).
+    fn adopt_ceiling_once(&mut self) -> Option<TcpAction> {
+        if self.ceiling.is_some() || self.peak() <= 0.0 || self.ramping() {
+            return None;
+        }
+        self.watch.clear();
+        self.adopt_ceiling()
+    }
+
+    /// Whether the streams' delivery collapsed in the watch (a sample under
+    /// [`COLLAPSED`] of `peak`, once they have delivered [`SHORT`] of it;
+    /// rising from under it is a startup's): their own dip, BBR's ProbeRTT on every
+    /// stream at once (they began together, so it comes together, every
+    /// 10 s), not another flow, which takes part of the path, never all of
+    /// it within a sample. Taken for one, it held a lone push at half the
+    /// path for 4 s.
+    fn own_dip(&self) -> bool {
+        let least = COLLAPSED * self.peak();
+        self.full && self.watch.iter().any(|s| (s.delivery as f64) < least)
     }
 
     /// Holds the streams at the floor from `now`; losses until a round

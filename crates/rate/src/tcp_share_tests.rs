@@ -393,10 +393,12 @@ fn joining_a_full_path_holds_to_half_of_what_startup_reached() {
         "{at:?}"
     );
     assert!((cap as f64 / LINK - 0.45).abs() < 0.01, "{cap}");
-    // Streams that never measured more than their share cannot tell.
+    // Streams that never measured more than their share cannot tell:
+    // they take the queue for their own, and are held only a twentieth
+    // over what they deliver.
     let mut d = Drive::new(Share::Fair);
     d.run(40.0, 0.7, cubic_beside);
-    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    d.only_the_ceiling();
 }
 
 #[test]
@@ -454,6 +456,46 @@ fn background_trickles_beside_another_flow_and_off_never_acts() {
     let mut d = Drive::known(Share::Off, 0.95);
     d.run(20.0, 0.7, cubic_beside);
     assert!(d.actions.is_empty());
+}
+
+#[test]
+fn a_queue_that_stands_after_the_grace_beside_the_whole_path_gets_a_ceiling() {
+    // A first push whose grace a dip of the queue ended; sixteen BBR
+    // streams then keep the queue full while delivering the path.
+    let mut d = Drive::new(Share::Fair);
+    d.run(1.5, 0.5, |_| ms(1));
+    d.run(0.5, 0.96, |_| ms(120));
+    d.run(0.3, 0.96, |_| ms(2));
+    d.run(10.0, 0.96, |_| ms(150));
+    let c = d.only_the_ceiling();
+    assert!((c as f64 / LINK - 0.96 * CEILING).abs() < 0.02, "{c}");
+}
+
+#[test]
+fn bbr_probe_rtt_on_every_stream_at_once_is_not_another_flow() {
+    // Known path, the streams' own queue under the ceiling; every 10 s
+    // their delivery falls to nothing for 200 ms and the queue drains,
+    // then they ramp back over half a second with the queue standing.
+    let mut d = Drive::known(Share::Fair, 0.96);
+    let probe_rtt = |t: Duration| match t.as_millis() % 10_000 {
+        m if m < 9_800 => 0.96,
+        m if m < 10_000 => 0.01,
+        _ => unreachable!(),
+    };
+    let ramp_back = |t: Duration| {
+        let m = t.as_millis() % 10_000;
+        if m < 500 && t > Duration::from_secs(1) {
+            0.2 + 1.5 * m as f64 / 1000.0
+        } else {
+            probe_rtt(t)
+        }
+    };
+    d.run_with(35.0, ramp_back, |t| match t.as_millis() % 10_000 {
+        m if m >= 9_800 => ms(1),
+        _ => ms(40),
+    });
+    assert!(!d.gov.capped(), "{:?}", d.actions);
+    assert_eq!(d.actions.len(), 1, "{:?}", d.actions);
 }
 
 #[test]
