@@ -303,6 +303,13 @@ impl TcpShare {
         self.cap.is_some()
     }
 
+    /// Whether the streams' pacing is capped now (held, or under a
+    /// ceiling): a stream whose congestion control restarts cannot then
+    /// flood the queue in its startup.
+    pub fn paced(&self) -> bool {
+        self.cap.is_some() || self.ceiling.is_some()
+    }
+
     /// What the path carries, as far as the streams can tell, bytes per
     /// second: the most they were measured to move together, unless that
     /// is under [`TRUSTED`] of what the path carried when last measured
