@@ -14,6 +14,7 @@ use std::time::Duration;
 mod adaptive;
 mod compete;
 mod controller;
+mod stagger;
 mod tcp_share;
 mod token_bucket;
 

@@ -89,6 +89,7 @@ use std::time::Duration;
 
 use crate::adaptive::{BUSY_SHARE, WATCH, WATCH_ROUND_TRIPS};
 use crate::compete::{Compete, LEAST_SHARE};
+use crate::stagger::Stagger;
 use crate::Share;
 
 /// Streams that deliver less than this share of `peak` beside a standing
@@ -250,6 +251,8 @@ pub struct TcpShare {
     lossy: Duration,
     /// Whether the streams have delivered [`SHORT`] of `peak`.
     full: bool,
+    /// Their turns at BBR's ProbeRTT.
+    stagger: Stagger,
     last: Duration,
     next: Duration,
 }
@@ -283,6 +286,7 @@ impl TcpShare {
             cubic: None,
             lossy: Duration::ZERO,
             full: false,
+            stagger: Stagger::default(),
             last: Duration::ZERO,
             next: Duration::ZERO,
         }
@@ -303,11 +307,15 @@ impl TcpShare {
         self.cap.is_some()
     }
 
-    /// Whether the streams' pacing is capped now (held, or under a
-    /// ceiling): a stream whose congestion control restarts cannot then
-    /// flood the queue in its startup.
-    pub fn paced(&self) -> bool {
-        self.cap.is_some() || self.ceiling.is_some()
+    /// Which of `streams` should restart its congestion control at `now`,
+    /// so that they take BBR's ProbeRTT in turn ([`crate::stagger`]): only
+    /// while their pacing is capped (held, or under a ceiling), so that a
+    /// restarted stream cannot flood the queue in its startup.
+    pub fn restart_due(&mut self, now: Duration, streams: usize) -> Option<usize> {
+        let paced = self.cap.is_some() || self.ceiling.is_some();
+        (self.acts() && paced)
+            .then(|| self.stagger.due(now, streams))
+            .flatten()
     }
 
     /// What the path carries, as far as the streams can tell, bytes per

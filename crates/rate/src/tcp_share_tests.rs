@@ -546,3 +546,21 @@ fn the_history_stays_bounded_at_huge_round_trips() {
         assert!(g.watch.len() <= MAX_SAMPLES + 1);
     }
 }
+
+#[test]
+fn streams_take_probe_rtt_in_turn_only_under_a_capped_pacing() {
+    // Free streams (no ceiling, no hold): never.
+    let mut g = TcpShare::new(Share::Fair, 0);
+    assert_eq!(g.restart_due(Duration::from_secs(30), 16), None);
+    // A known path: the ceiling from the first sample, then fifteen
+    // turns, stream 0 keeping its own clock.
+    let mut d = Drive::known(Share::Fair, 0.95);
+    d.run(0.1, 0.5, |_| ms(1));
+    let turns: Vec<usize> = (0..1000u32)
+        .filter_map(|i| d.gov.restart_due(ms(100) + ms(20) * i, 16))
+        .collect();
+    assert_eq!(turns, (1..16).collect::<Vec<_>>());
+    // `--fair off` never caps.
+    let mut g = TcpShare::new(Share::Off, (0.95 * LINK) as u64);
+    assert_eq!(g.restart_due(Duration::from_secs(30), 16), None);
+}

@@ -45,7 +45,6 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
         .min();
     let start = Instant::now();
     let mut meter = Meter::new(data.len());
-    let mut stagger = Stagger::new(data.len());
     while wait_until(sh, start + gov.next_sample()) {
         let now = start.elapsed();
         // The last blocks are out: streams that finish one by one are no
@@ -67,8 +66,11 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
         if let Some(action) = gov.on_sample(now, s) {
             act(data, action, gov.peak());
         }
-        if gov.paced() {
-            stagger.run(now, data);
+        if let Some(s) = gov.restart_due(now, data.len()).and_then(|i| data.get(i)) {
+            // BBR's ProbeRTT in turn (P-46, `rate::Stagger`).
+            if let Err(e) = connect::net::restart_congestion_control(s) {
+                tracing::debug!("sharing: congestion control not restarted: {e}");
+            }
         }
     }
 }
@@ -176,60 +178,6 @@ impl Meter {
     }
 }
 
-/// BBR drains each stream to four segments for 200 ms and a round trip
-/// (ProbeRTT) 10 s after its least round trip was last set
-/// ([`PROBE_RTT_EVERY`]): streams that began together do it together, and
-/// the path went idle for that long every 10 s (a 2 GiB push: delivery
-/// under the path for 0.8 s, about 0.35 s of the link, 11 s in).
-/// Restarting each stream's congestion control once, at its own time,
-/// sets its clock afresh (`bbr_init` stamps the least round trip), so that
-/// afterwards one stream at a time drains and the others' queue covers
-/// it. Only while the streams' pacing is capped: a restarted BBR starts up
-/// again.
-struct Stagger {
-    streams: u32,
-    /// When the streams' pacing was first capped.
-    since: Option<Duration>,
-    /// The next stream to restart (stream 0 keeps its own clock, so one
-    /// of n drains at each slot).
-    next: u32,
-}
-
-const PROBE_RTT_EVERY: Duration = Duration::from_secs(10);
-/// The first restart after the pacing is capped, and the span the others
-/// spread over, within [`PROBE_RTT_EVERY`].
-const STAGGER_FROM: Duration = Duration::from_secs(1);
-const STAGGER_OVER: Duration =
-    Duration::from_secs(PROBE_RTT_EVERY.as_secs() - 2 * STAGGER_FROM.as_secs());
-
-impl Stagger {
-    fn new(streams: usize) -> Stagger {
-        Stagger {
-            streams: u32::try_from(streams).unwrap_or(u32::MAX),
-            since: None,
-            next: 1,
-        }
-    }
-
-    /// Restarts the streams whose time has come by `now`, one a call.
-    fn run(&mut self, now: Duration, data: &[TcpStream]) {
-        let since = *self.since.get_or_insert(now);
-        if self.next >= self.streams {
-            return;
-        }
-        let due = since + STAGGER_FROM + STAGGER_OVER * self.next / self.streams;
-        if now < due {
-            return;
-        }
-        if let Some(s) = data.get(self.next as usize) {
-            if let Err(e) = connect::net::restart_congestion_control(s) {
-                tracing::debug!("sharing: congestion control not restarted: {e}");
-            }
-        }
-        self.next += 1;
-    }
-}
-
 fn act(data: &[TcpStream], action: TcpAction, peak: f64) {
     match action {
         TcpAction::Cap(rate) => {
@@ -255,47 +203,5 @@ fn act(data: &[TcpStream], action: TcpAction, peak: f64) {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// When each stream restarts, as `run` sees time pass in 20 ms steps
-    /// from `from` (streams without a socket are only counted).
-    fn restarts(streams: usize, from: Duration) -> Vec<Duration> {
-        let mut s = Stagger::new(streams);
-        let mut seen = vec![];
-        let mut now = from;
-        while now < from + PROBE_RTT_EVERY * 2 {
-            let before = s.next;
-            s.run(now, &[]);
-            if s.next != before {
-                seen.push(now - from);
-            }
-            now += Duration::from_millis(20);
-        }
-        seen
-    }
-
-    #[test]
-    fn streams_restart_one_at_a_time_within_probe_rtt_s_period() {
-        let seen = restarts(16, Duration::from_millis(300));
-        // Stream 0 keeps its clock; the fifteen others, half a second apart.
-        assert_eq!(seen.len(), 15, "{seen:?}");
-        assert!(
-            seen[0] >= STAGGER_FROM + Duration::from_millis(500),
-            "{seen:?}"
-        );
-        assert!(
-            *seen.last().unwrap() < PROBE_RTT_EVERY - STAGGER_FROM,
-            "{seen:?}"
-        );
-        assert!(seen
-            .windows(2)
-            .all(|w| w[1] - w[0] >= Duration::from_millis(480)));
-        // One stream: nothing to spread.
-        assert!(restarts(1, Duration::ZERO).is_empty());
     }
 }
