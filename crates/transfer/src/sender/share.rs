@@ -67,7 +67,7 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
             act(data, action, gov.peak());
         }
         if let Some(s) = gov.restart_due(now, data.len()).and_then(|i| data.get(i)) {
-            // BBR's ProbeRTT in turn (P-46, `rate::Stagger`).
+            // BBR's ProbeRTT in turn (P-46, `rate/src/stagger.rs`).
             if let Err(e) = connect::net::restart_congestion_control(s) {
                 tracing::debug!("sharing: congestion control not restarted: {e}");
             }
