@@ -82,6 +82,15 @@ impl Compete {
         }
     }
 
+    /// The rate rose to `rate` at `now` outside the law (the path had
+    /// room): CUBIC goes on from there, convex from the start, rather
+    /// than back down to where its course had come.
+    pub(crate) fn rebase(&mut self, now: Duration, rate: f64) {
+        self.w_max = Some(self.window(rate));
+        self.k = 0.0;
+        self.epoch = now;
+    }
+
     /// Before the first loss event: the path is still being measured.
     pub(crate) fn in_slow_start(&self) -> bool {
         self.w_max.is_none()

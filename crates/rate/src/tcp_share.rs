@@ -43,11 +43,16 @@
 //!    same six streams: a full queue, 150 ms, from 1.5 s to 3.0 s after the
 //!    first data): it ends once the queue has passed `T` and fallen back
 //!    under it, or [`GRACE_ROUND_TRIPS`] round trips (and [`GRACE`]) after
-//!    the first delivery, whichever comes first.
+//!    the first delivery, whichever comes first. A known path's streams
+//!    have one too under `--fair on` (their startup overflows the queue
+//!    even under the ceiling), ended at once when the queue stood before
+//!    they delivered [`OWN_QUEUE`] of the peak (another flow's queue:
+//!    `end_grace_in_a_busy_queue`); under `--background` none.
 //! 3. **Held.** Each sample with a queue under `T / 4` (the path has
 //!    room: the other flow backed off, or left) raises the cap by
 //!    [`GROWTH`] of `peak` a round trip, from half of it to [`SHORT`] of it
-//!    in 26 round trips. (Doubling
+//!    in 26 round trips, and the course goes on from the raised cap (a
+//!    window that grew stays grown). (Doubling
 //!    the gain each clear round trip was tried on the emulated link: a
 //!    CUBIC flow that BBR's startup had cut to a few segments grows back
 //!    over seconds, and the streams took the room first every time: it
@@ -56,9 +61,11 @@
 //!    kept the streams at 0.7 of the link beside a CUBIC flow that was
 //!    growing back): under `--background` the floor; under `--fair on`
 //!    one CUBIC flow's course from the floor ([`crate::compete`]), cut by
-//!    three tenths when the streams lose segments (the queue overflowed,
-//!    and the flows that fill it lost too; once an episode, the one that
-//!    showed the other flow included), growing back between as CUBIC does
+//!    three tenths when the streams lose segments with a queue over `T`
+//!    in the last two round trips (the queue overflowed, and the flows
+//!    that fill it lost too; losses with no queue are the path's own;
+//!    once an episode, the one that showed the other flow included),
+//!    growing back between as CUBIC does
 //!    (only while the streams fill the cap), never under [`LEAST_SHARE`]
 //!    of `peak`. The streams then take what one more CUBIC flow would:
 //!    about 1/(N+1) beside N of them, where a fixed half left two CUBIC
@@ -79,7 +86,11 @@
 //!    the queue stays clear for a watch rises by a quarter: the rate kept
 //!    may have been measured while sharing. Streams with none get one
 //!    when their queue stood through their grace, or stands later while
-//!    they deliver the path. Leaving a hold returns to the
+//!    they deliver the path; one over a twentieth above what they deliver
+//!    beside such a queue is brought down to it, a grace's span after the
+//!    first sample, and no longer rises (`fit_ceiling`). Leaving a hold
+//!    returns to the ceiling. What the streams delivered at their most
+//!    ([`TcpShare::measured`], none if ever held) sizes the next push's
 //!    ceiling.
 //!
 //! `--fair off` never caps.
@@ -251,6 +262,15 @@ pub struct TcpShare {
     lossy: Duration,
     /// Whether the streams have delivered [`SHORT`] of `peak`.
     full: bool,
+    /// Whether the ceiling was brought down to what the streams deliver
+    /// beside their own queue (see `fit_ceiling`).
+    fitted: bool,
+    /// When a sample last saw the queue over the threshold.
+    queued: Option<Duration>,
+    /// When the first sample came.
+    began: Duration,
+    /// Whether the streams were ever held beside another flow.
+    held: bool,
     /// Their turns at BBR's ProbeRTT.
     stagger: Stagger,
     last: Duration,
@@ -286,6 +306,10 @@ impl TcpShare {
             cubic: None,
             lossy: Duration::ZERO,
             full: false,
+            fitted: false,
+            queued: None,
+            began: Duration::ZERO,
+            held: false,
             stagger: Stagger::default(),
             last: Duration::ZERO,
             next: Duration::ZERO,
@@ -332,6 +356,17 @@ impl TcpShare {
         }
     }
 
+    /// What the streams were measured to move together at their most,
+    /// bytes per second, whatever was known before; 0 if not measured, or
+    /// if they were ever held beside another flow (their peak may then be
+    /// a ramp's, cut short).
+    pub fn measured(&self) -> u64 {
+        match self.held {
+            true => 0,
+            false => self.measured as u64,
+        }
+    }
+
     /// No sample could be taken at `now` (no stream has data in flight):
     /// the next is due a tick later.
     pub fn skip(&mut self, now: Duration) {
@@ -347,8 +382,14 @@ impl TcpShare {
         self.rtt = s.min_rtt;
         if !self.started {
             self.started = true;
-            // Under the ceiling, BBR's startup cannot overshoot: no grace.
-            if self.ceiling.is_none() {
+            self.began = now;
+            // A grace even under a known path's ceiling: sixteen BBR
+            // streams' startup under a ceiling of 1,014 Mbit/s overflowed
+            // the emulated 1 Gbit/s link's queue (150 ms) 1.75 s in, lost
+            // 9,300 segments, and their dip passed for another flow. Not
+            // under `--background`, which yields at once rather than
+            // risk a round trip more of someone else's path.
+            if self.ceiling.is_none() || self.share == Share::Fair {
                 self.begin_grace(now);
             }
             if let Some(c) = self.ceiling {
@@ -361,6 +402,9 @@ impl TcpShare {
         let queue = s.srtt.saturating_sub(s.min_rtt);
         let interval = now.saturating_sub(self.last);
         self.last = now;
+        if queue > threshold {
+            self.queued = Some(now);
+        }
         self.keep(Seen {
             at: now,
             over: queue > threshold,
@@ -370,6 +414,7 @@ impl TcpShare {
         if let Some(held) = self.joined_busy(now) {
             return Some(held);
         }
+        self.end_grace_in_a_busy_queue();
         match self.in_grace(now, queue > threshold) {
             Some(Grace::Runs) => return None,
             Some(Grace::Standing) if self.ceiling.is_none() => return self.adopt_ceiling(),
@@ -381,10 +426,17 @@ impl TcpShare {
                 let rounds = (interval.as_secs_f64() / self.rtt.as_secs_f64()).min(1.0);
                 let cap = cap + self.peak() * GROWTH * rounds;
                 if cap >= SHORT * self.peak() {
-                    self.leave(now)
-                } else {
-                    self.set_cap(cap)
+                    return self.leave(now);
                 }
+                // What room gave is kept: a queue that comes back puts
+                // the cap on a course from here, and only an overflow cuts
+                // it. (Put back on the course from the floor, a lone push
+                // held by mistake went back to half the path at each of
+                // BBR's probes for the rest of its transfer.)
+                if let Some(c) = self.cubic.as_mut() {
+                    c.rebase(now, cap);
+                }
+                self.set_cap(cap)
             }
             Some((cap, _)) => self.hold(now, interval, cap, &s),
         }
@@ -415,9 +467,17 @@ impl TcpShare {
             c
         });
         // One cut a loss episode: losses a round trip or less after the
-        // last ones are the same overflow's, still being repaired.
-        let new_episode = s.lost > 0 && now >= self.lossy + s.srtt;
-        if s.lost > 0 {
+        // last ones are the same overflow's, still being repaired. Only
+        // an overflow's: losses with no queue over the threshold in the
+        // last two round trips are the path's own (a link that drops one
+        // packet in a thousand cut a lone push's cap every round trip,
+        // and held it under half the path for the rest of the transfer).
+        let queued = self
+            .queued
+            .is_some_and(|q| now.saturating_sub(q) <= 2 * s.srtt);
+        let overflow = s.lost > 0 && queued;
+        let new_episode = overflow && now >= self.lossy + s.srtt;
+        if overflow {
             self.lossy = now;
         }
         let cut = new_episode.then(|| course.loss(now, cap)).flatten();
@@ -479,7 +539,7 @@ impl TcpShare {
         let (since, passed) = self.grace?;
         let end = if passed && !over {
             Grace::Ended
-        } else if now >= since + GRACE.max(self.rtt * GRACE_ROUND_TRIPS) {
+        } else if now >= since + self.grace_span() {
             if over {
                 Grace::Standing
             } else {
@@ -492,6 +552,11 @@ impl TcpShare {
         self.grace = None;
         self.watch.clear();
         Some(end)
+    }
+
+    /// How long a grace lasts at most, at the current round trip.
+    fn grace_span(&self) -> Duration {
+        GRACE.max(self.rtt * GRACE_ROUND_TRIPS)
     }
 
     fn begin_grace(&mut self, now: Duration) {
@@ -550,6 +615,21 @@ impl TcpShare {
         Some(self.hold_at_floor(now))
     }
 
+    /// Ends a known path's grace once its queue stood before the streams
+    /// delivered [`OWN_QUEUE`] of the peak: joining another flow's queue,
+    /// they are watched as without one (the grace is for their own
+    /// startup's overflow; waiting for their startup to end beside a
+    /// CUBIC flow left it 0.34 of the link once).
+    fn end_grace_in_a_busy_queue(&mut self) {
+        let Standing::Stood(first) = self.standing else {
+            return;
+        };
+        if self.ceiling.is_some() && (first as f64) < OWN_QUEUE * self.peak() {
+            self.grace = None;
+            self.standing = Standing::Decided;
+        }
+    }
+
     /// Whether the streams still speed up: the later half of the watch
     /// delivered [`RAMPING`] times the earlier half, or more.
     fn ramping(&self) -> bool {
@@ -584,7 +664,7 @@ impl TcpShare {
             // Left free they keep it full and lose packets to it (a first
             // push whose grace a dip had ended lost 9% of its packets for
             // 20 s), and their next dip passes for another flow.
-            return self.adopt_ceiling_once();
+            return self.fit_ceiling(now);
         }
         if self.own_startup() || self.own_dip() {
             return None;
@@ -592,14 +672,29 @@ impl TcpShare {
         Some(self.hold_at_floor(now))
     }
 
-    /// A ceiling from what the streams measured, where they have none,
-    /// once they no longer speed up (mid-ramp, the peak is not yet the
-    /// path's).
-    fn adopt_ceiling_once(&mut self) -> Option<TcpAction> {
-        if self.ceiling.is_some() || self.peak() <= 0.0 || self.ramping() {
+    /// A ceiling from what the streams measured, once they no longer
+    /// speed up (mid-ramp, the peak is not yet the path's): where they
+    /// have none, or where theirs is over [`CEILING`] times what they
+    /// deliver with the queue standing. (A known TCP figure is an average
+    /// over BBR's startup, and the ceiling sized from it a guess: after a
+    /// 1 GiB push over the emulated 1 Gbit/s link it was 1,123 Mbit/s,
+    /// and sixteen BBR streams under it grew their own queue for 3 s until
+    /// it overflowed and lost 3,278 segments at once; their dip then
+    /// passed for another flow.) A ceiling is brought down only a grace's
+    /// span after the first sample (a peak measured sooner may be a
+    /// dip's, at the end of the ramp), and then is the path's: it is not
+    /// raised again.
+    fn fit_ceiling(&mut self, now: Duration) -> Option<TcpAction> {
+        let fits = CEILING * self.peak();
+        let over = match self.ceiling {
+            None => true,
+            Some(c) => c as f64 > fits * (1.0 + STEP) && now >= self.began + self.grace_span(),
+        };
+        if !over || fits <= 0.0 || self.ramping() {
             return None;
         }
         self.watch.clear();
+        self.fitted |= self.ceiling.is_some();
         self.adopt_ceiling()
     }
 
@@ -624,6 +719,7 @@ impl TcpShare {
     fn hold_at_floor(&mut self, now: Duration) -> TcpAction {
         let floor = self.floor();
         self.cap = Some((floor, floor));
+        self.held = true;
         self.lossy = now + 2 * self.rtt;
         TcpAction::Cap(floor as u64)
     }
@@ -633,7 +729,7 @@ impl TcpShare {
     /// transfer's average): a quarter more, each watch.
     fn raise_ceiling(&mut self, now: Duration) -> Option<TcpAction> {
         let ceiling = self.ceiling? as f64;
-        if !self.covered(now) || self.watch.iter().any(|s| s.over) {
+        if self.fitted || !self.covered(now) || self.watch.iter().any(|s| s.over) {
             return None;
         }
         if (self.median_delivery() as f64) < PRESSING * ceiling {
