@@ -34,6 +34,10 @@ struct Saved {
     /// per second; 0 if unknown.
     #[serde(default)]
     tcp_rate: u64,
+    /// What that push's TCP streams delivered together at their most,
+    /// bytes per second (P-46); 0 if unknown.
+    #[serde(default)]
+    tcp_peak: u64,
     rtt_ms: f64,
     /// The UDP payload the channel used, bytes; 0 if unknown. A pinned
     /// start sends its data at this size without set-up (P-48).
@@ -73,6 +77,7 @@ impl Saved {
         sane.then(|| KnownPath {
             rate: self.rate,
             tcp_rate: self.tcp_rate,
+            tcp_peak: self.tcp_peak,
             rtt: Duration::from_secs_f64(self.rtt_ms / 1e3),
             udp_payload: self.payload,
         })
@@ -86,18 +91,22 @@ fn read(peer: &Peer, ssh: bool) -> Option<Saved> {
 
 /// The UDP sender's estimate and the datagram payload it used.
 type UdpMeasured = (u64, u64);
+/// Over TCP: the average rate, and the streams' peak (0 if unmeasured).
+type TcpMeasured = (u64, u64);
 
 /// What a finished push measured of its path: the UDP sender's estimate
 /// once it left startup, or, over TCP, the wire bytes a second from the
-/// first data to the receiver's summary of a push large enough to say.
-fn measured(r: &Report) -> Option<(Option<UdpMeasured>, Option<u64>)> {
+/// first data to the receiver's summary of a push large enough to say,
+/// and what its streams delivered together at their most.
+fn measured(r: &Report) -> Option<(Option<UdpMeasured>, Option<TcpMeasured>)> {
     if let Some(u) = r.udp {
         return (u.estimate > 0).then_some((Some((u.estimate, u.payload)), None));
     }
     let at = |m| r.timeline.iter().find(|(k, _)| *k == m).map(|(_, t)| *t);
     let secs = at(Mark::Finished)? - at(Mark::FirstData)?;
     let big = r.summary.file_bytes >= TCP_SAMPLE_MIN && r.wire_bytes >= TCP_SAMPLE_MIN;
-    (big && secs > 0.0).then(|| (None, Some((r.wire_bytes as f64 / secs) as u64)))
+    let average = || (r.wire_bytes as f64 / secs) as u64;
+    (big && secs > 0.0).then(|| (None, Some((average(), r.tcp_peak))))
 }
 
 /// Forgets the datagram size kept for `peer`, after a transfer that lost
@@ -125,7 +134,13 @@ pub fn save(peer: &Peer, ssh: bool, r: &Report) {
     let saved = Saved {
         time: now_secs(),
         rate: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.rate), |u| u.0),
-        tcp_rate: tcp.unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.tcp_rate)),
+        tcp_rate: tcp.map_or_else(|| kept.as_ref().map_or(0, |s| s.tcp_rate), |t| t.0),
+        // A push whose streams were held beside another flow measured no
+        // peak of the path: the last one is kept.
+        tcp_peak: tcp
+            .map(|t| t.1)
+            .filter(|&p| p > 0)
+            .unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.tcp_peak)),
         rtt_ms,
         payload: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.payload), |u| u.1),
     };
@@ -158,6 +173,7 @@ mod tests {
             time: now_secs(),
             rate: 122_000_000,
             tcp_rate: 0,
+            tcp_peak: 0,
             rtt_ms: 150.5,
             payload: 1472,
         };
@@ -174,5 +190,8 @@ mod measure_tests {
     fn an_older_file_without_a_tcp_rate_reads() {
         let s: Saved = serde_json::from_str(r#"{"time":1,"rate":5,"rtt_ms":150.0}"#).unwrap();
         assert_eq!(s.tcp_rate, 0);
+        assert_eq!(s.tcp_peak, 0);
+        let k = s.known().unwrap();
+        assert_eq!((k.rate, k.tcp_peak), (5, 0));
     }
 }

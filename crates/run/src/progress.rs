@@ -44,6 +44,11 @@ pub struct Progress {
     /// once it left startup (0 before): where the next transfer to the
     /// same host may start (P-26).
     pub udp_estimate: AtomicU64,
+    /// What a push's TCP streams delivered together at their most, bytes
+    /// per second of payload (their sharing's measured peak, P-46); 0 if
+    /// they never measured one. The ceiling of the next push to the same
+    /// host is sized from it.
+    pub tcp_peak: AtomicU64,
     /// Datagram bytes this side sent (sender) or received (receiver), and
     /// the microseconds from the first to the last of them: their ratio is
     /// the average rate while data flowed.

@@ -53,6 +53,7 @@ pub(super) fn copy(
 fn report(c: object::Copied, duration: Duration) -> Report {
     Report {
         route: Route::InsideStore,
+        tcp_peak: 0,
         compress_saved: 0,
         dedup_saved: 0,
         resumed: 0,

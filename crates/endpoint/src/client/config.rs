@@ -82,6 +82,11 @@ pub struct KnownPath {
     /// data flowed; 0 if none did. The streams of the next transfer are
     /// sized for a quarter more than the larger of the two.
     pub tcp_rate: u64,
+    /// What a push's TCP streams delivered together at their most, bytes
+    /// per second (P-46); 0 if none measured it. Where known, the next
+    /// push's ceiling is sized from it rather than from a quarter over
+    /// `tcp_rate`.
+    pub tcp_peak: u64,
     pub rtt: Duration,
     /// The UDP payload a push over the channel used, bytes; 0 if none.
     /// A pinned start sends data right behind its hello at this size
@@ -194,6 +199,7 @@ mod tests {
         let k = KnownPath {
             rate: 1,
             tcp_rate: 0,
+            tcp_peak: 0,
             rtt: Duration::from_millis(150),
             udp_payload: 0,
         };

@@ -79,6 +79,9 @@ pub struct Report {
     pub stream_window: u64,
     /// Present when the UDP channel carried the data.
     pub udp: Option<UdpReport>,
+    /// What a push's TCP streams delivered together at their most, bytes
+    /// per second (their sharing's measured peak, P-46); 0 if none.
+    pub tcp_peak: u64,
     /// Transport and streams followed `haul probe`'s advice (P-36).
     pub advised: bool,
     /// Seconds from dialling to each step of the session reached.
@@ -142,6 +145,7 @@ impl Tail {
             changed: std::mem::take(&mut *p.changed.lock().unwrap_or_else(|e| e.into_inner())),
             notes: std::mem::take(&mut *p.notes.lock().unwrap_or_else(|e| e.into_inner())),
             udp,
+            tcp_peak: get(&p.tcp_peak),
             duration: self.started.elapsed(),
             summary,
             wire_bytes: Progress::get(&p.wire_tx) + Progress::get(&p.wire_rx),

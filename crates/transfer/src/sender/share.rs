@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use connect::progress::Progress;
 use rate::{Share, TcpAction, TcpSample, TcpShare};
 use session::SenderSession;
 
@@ -66,6 +67,8 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
         if let Some(action) = gov.on_sample(now, s) {
             act(data, action, gov.peak());
         }
+        // What the next push to this host sizes its ceiling from.
+        Progress::set(&sh.progress.tcp_peak, gov.measured());
         if let Some(s) = gov.restart_due(now, data.len()).and_then(|i| data.get(i)) {
             // BBR's ProbeRTT in turn (P-46, `rate/src/stagger.rs`).
             if let Err(e) = connect::net::restart_congestion_control(s) {
