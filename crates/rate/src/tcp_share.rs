@@ -402,20 +402,21 @@ impl TcpShare {
         let queue = s.srtt.saturating_sub(s.min_rtt);
         let interval = now.saturating_sub(self.last);
         self.last = now;
-        if queue > threshold {
+        let over = queue > threshold;
+        if over {
             self.queued = Some(now);
         }
         self.keep(Seen {
             at: now,
-            over: queue > threshold,
+            over,
             delivery: s.delivery,
         });
-        self.note_standing(queue > threshold, s.delivery);
+        self.note_standing(over, s.delivery);
         if let Some(held) = self.joined_busy(now) {
             return Some(held);
         }
         self.end_grace_in_a_busy_queue();
-        match self.in_grace(now, queue > threshold) {
+        match self.in_grace(now, over) {
             Some(Grace::Runs) => return None,
             Some(Grace::Standing) if self.ceiling.is_none() => return self.adopt_ceiling(),
             _ => {}
