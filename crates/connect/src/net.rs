@@ -194,6 +194,61 @@ pub fn set_notsent_lowat(stream: &TcpStream, bytes: usize) {
     );
 }
 
+/// Wakes a thread waiting for `stream` to be readable only once `bytes`
+/// are queued (`SO_RCVLOWAT`), not at each segment: a data stream's thread
+/// reads a block in a few wake-ups instead of one per burst. The kernel
+/// still wakes it when its buffer or the window runs short, or at the
+/// stream's end. The mark counts the queue, not what a blocking read has
+/// copied so far: wait in [`wait_readable`] with nothing copied, and with
+/// a mark no larger than the bytes still to come. Advice: a kernel that
+/// refuses it wakes the reader as before.
+pub fn set_rcvlowat(stream: &TcpStream, bytes: usize) {
+    set_int(
+        stream.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        bytes.clamp(1, libc::c_int::MAX as usize) as libc::c_int,
+        "SO_RCVLOWAT",
+    );
+}
+
+/// Reads what `stream` has queued now, without waiting: `WouldBlock`
+/// when nothing is, whatever the socket's blocking mode.
+pub fn recv_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: recv into a live, writable buffer of the length given.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        n if n >= 0 => Ok(n as usize),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Sleeps until `stream` is readable: its wake-up mark
+/// ([`set_rcvlowat`]) reached, its end or an error. An interrupted wait
+/// returns `Ok` early; the caller reads again either way.
+pub fn wait_readable(stream: &TcpStream) -> std::io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd we own; no timeout.
+    match unsafe { libc::poll(&mut pfd, 1, -1) } {
+        n if n >= 0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            e => Err(e),
+        },
+    }
+}
+
 /// Connects with a timeout, tuning the socket before the SYN so the window
 /// scale covers the buffers.
 pub fn connect(
