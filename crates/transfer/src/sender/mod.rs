@@ -18,7 +18,7 @@ pub(crate) mod udp;
 
 use std::net::Shutdown;
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rate::TokenBucket;
@@ -167,7 +167,10 @@ fn run_sender_with(
     // One kept buffer a worker: what a worker reads into next.
     let buffers = Buffers::new(workers);
     let buffers = &buffers;
-    let (mut ready_tx, ready_rx) = (Some(ready_tx), Mutex::new(ready_rx));
+    // Held only by the threads that take from it: once the last has
+    // ended, a worker waiting to queue a block is told at once (P-19).
+    let ready_rx = Arc::new(Mutex::new(ready_rx));
+    let (mut ready_tx, mut ready_rx) = (Some(ready_tx), Some(ready_rx));
     let answer = how.answer;
     std::thread::scope(|scope| {
         // Blocks are read, hashed, matched and compressed by a pool of
@@ -182,19 +185,20 @@ fn run_sender_with(
                 scope.spawn(move || prepare_blocks(sh, sources, compression, buffers, tx));
             }
             drop(tx);
-            let ready = &ready_rx;
+            let ready = ready_rx.take().expect("taken once");
             if answer.is_some() {
-                let sh = &sh;
-                scope.spawn(move || refuse_data(sh, sources, ready));
+                let (sh, ready) = (&sh, Arc::clone(&ready));
+                scope.spawn(move || refuse_data(sh, sources, &ready));
             }
             if !data.is_empty() {
                 let sh = &sh;
                 scope.spawn(move || share::govern(sh, share, path));
             }
             for w in data {
-                let (sh, bucket) = (&sh, bucket.as_ref());
-                scope.spawn(move || tcp::send_blocks(sh, w, ready, bucket, buffers));
+                let (sh, bucket, ready) = (&sh, bucket.as_ref(), Arc::clone(&ready));
+                scope.spawn(move || tcp::send_blocks(sh, w, &ready, bucket, buffers));
             }
+            drop(ready);
         }
         if let Some(link) = udp {
             let sh = &sh;

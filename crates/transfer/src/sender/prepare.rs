@@ -6,7 +6,7 @@
 //! the TCP streams (`tcp`) or handed to the UDP channel (`udp`).
 
 use std::sync::{mpsc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use session::{Next, SenderSession};
 use store::BlockSource;
@@ -133,23 +133,16 @@ pub(crate) fn prepare_blocks(
         else {
             return;
         };
-        let mut item = (block, hash, codec, buf);
-        // Streams that all failed take nothing more: stop with them. Nor
-        // do streams of a finished transfer: a block read just before the
-        // last ack (an endgame copy) is not needed any more, and waiting
-        // to queue it kept a finished push from exiting.
-        loop {
-            match ready.try_send(item) {
-                Ok(()) => break,
-                Err(mpsc::TrySendError::Full(back)) => {
-                    if sh.stopped() || sh.is_done() {
-                        return;
-                    }
-                    item = back;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                Err(mpsc::TrySendError::Disconnected(_)) => return,
-            }
+        // Nothing more is sent once the transfer stopped or is done: a
+        // block read just before the last ack (an endgame copy) is not
+        // needed any more. The queue is bounded: the worker sleeps until a
+        // stream takes a block, or until the last stream has ended (a
+        // finished push must not wait on it).
+        if sh.stopped() || sh.is_done() {
+            return;
+        }
+        if ready.send((block, hash, codec, buf)).is_err() {
+            return;
         }
     }
 }

@@ -29,7 +29,8 @@ pub(crate) fn send_blocks(
         let Ok((block, hash, codec, mut buf)) = next else {
             break;
         };
-        if sh.stopped() {
+        // A block taken after the last ack is not needed.
+        if sh.stopped() || sh.is_done() {
             break;
         }
         let header = BlockHeader {
