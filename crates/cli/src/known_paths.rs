@@ -43,7 +43,17 @@ struct Saved {
     /// start sends its data at this size without set-up (P-48).
     #[serde(default)]
     payload: u64,
+    /// When automatic transport last asked for the UDP channel and got
+    /// none, seconds since the Unix epoch; 0 if it has not, or a transfer
+    /// over UDP worked since (P-26).
+    #[serde(default)]
+    udp_failed_at: u64,
 }
+
+/// How long a UDP channel that did not come up keeps automatic transport
+/// on TCP streams for the same host: a firewall that opens is found the
+/// next day.
+pub const UDP_RETRY: Duration = Duration::from_secs(24 * 3600);
 
 /// Below this many bytes a TCP push's rate says more about its start than
 /// about the path.
@@ -69,7 +79,27 @@ pub fn load(peer: &Peer, ssh: bool) -> Option<KnownPath> {
         .flatten()
 }
 
+/// Whether automatic transport asked for the UDP channel to `peer` less
+/// than [`UDP_RETRY`] ago and got none (P-26).
+pub fn udp_blocked(peer: &Peer, ssh: bool) -> bool {
+    read(peer, ssh).is_some_and(|s| s.udp_blocked(now_secs()))
+}
+
 impl Saved {
+    fn udp_blocked(&self, now: u64) -> bool {
+        self.udp_failed_at > 0 && now.saturating_sub(self.udp_failed_at) < UDP_RETRY.as_secs()
+    }
+
+    /// When the UDP channel last failed, after `r`: now if it failed in
+    /// `r`, never if `r` went over it, as before otherwise.
+    fn udp_failed_after(last: Option<&Saved>, r: &Report) -> u64 {
+        match (r.udp_failed, r.udp.is_some()) {
+            (true, _) => now_secs(),
+            (false, true) => 0,
+            (false, false) => last.map_or(0, |s| s.udp_failed_at),
+        }
+    }
+
     /// What was kept, if its round trip is a sane one (positive, under an
     /// hour).
     fn known(&self) -> Option<KnownPath> {
@@ -124,13 +154,34 @@ pub fn forget_payload(peer: &Peer, ssh: bool) {
 /// (transfers too short to fill the path). A failure to write is only
 /// logged: the transfer itself succeeded.
 pub fn save(peer: &Peer, ssh: bool, r: &Report) {
+    let last = read(peer, ssh);
+    let udp_failed_at = Saved::udp_failed_after(last.as_ref(), r);
     let Some((udp, tcp)) = measured(r) else {
+        // Too short to measure the path, but what became of the UDP
+        // channel is kept: the next transfer need not wait for it.
+        if last.as_ref().map_or(0, |s| s.udp_failed_at) != udp_failed_at {
+            let rtt_ms = r.rtt.as_secs_f64() * 1e3;
+            let saved = match last {
+                Some(s) => Saved { udp_failed_at, ..s },
+                // Nothing measured: rates of 0 load as no known path.
+                None => Saved {
+                    time: now_secs(),
+                    rate: 0,
+                    tcp_rate: 0,
+                    tcp_peak: 0,
+                    rtt_ms,
+                    payload: 0,
+                    udp_failed_at,
+                },
+            };
+            write(peer, ssh, &saved);
+        }
         return;
     };
     let rtt_ms = r.rtt.as_secs_f64() * 1e3;
     // The other transport's figure is kept while the round trip is the
     // same path's.
-    let kept = read(peer, ssh).filter(|s| s.known().is_some_and(|k| k.fits(r.rtt)));
+    let kept = last.filter(|s| s.known().is_some_and(|k| k.fits(r.rtt)));
     let saved = Saved {
         time: now_secs(),
         rate: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.rate), |u| u.0),
@@ -143,6 +194,7 @@ pub fn save(peer: &Peer, ssh: bool, r: &Report) {
             .unwrap_or_else(|| kept.as_ref().map_or(0, |s| s.tcp_peak)),
         rtt_ms,
         payload: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.payload), |u| u.1),
+        udp_failed_at,
     };
     write(peer, ssh, &saved);
 }
@@ -176,6 +228,7 @@ mod tests {
             tcp_peak: 0,
             rtt_ms: 150.5,
             payload: 1472,
+            udp_failed_at: 0,
         };
         let back: Saved = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
@@ -185,6 +238,19 @@ mod tests {
 #[cfg(test)]
 mod measure_tests {
     use super::*;
+
+    #[test]
+    fn a_udp_channel_that_failed_is_tried_again_after_a_day() {
+        let s: Saved = serde_json::from_str(r#"{"time":1,"rate":5,"rtt_ms":150.0}"#).unwrap();
+        assert_eq!(s.udp_failed_at, 0, "an older file: never failed");
+        let failed = Saved {
+            udp_failed_at: 1_000_000,
+            ..s
+        };
+        assert!(failed.udp_blocked(1_000_000 + 3600));
+        assert!(!failed.udp_blocked(1_000_000 + UDP_RETRY.as_secs()));
+        assert!(!s.udp_blocked(1_000_000));
+    }
 
     #[test]
     fn an_older_file_without_a_tcp_rate_reads() {

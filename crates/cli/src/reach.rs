@@ -150,6 +150,7 @@ impl Reach {
             notice: Some(Box::new(|m| eprintln!("haul: {m}"))),
             advice: None,
             known_path: None,
+            udp_blocked: false,
             shard: None,
             select: wire::Selection::default(),
             itemize: false,

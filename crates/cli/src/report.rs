@@ -204,6 +204,10 @@ pub struct Json<'a> {
     /// The request rode in the handshake's first message (a pinned start
     /// to a server whose key is pinned, P-48): one round trip less.
     pub request_in_handshake: bool,
+    /// Automatic transport asked for the UDP channel and got none; the
+    /// data went over TCP streams, and so will the next day's transfers
+    /// to the same host (P-23).
+    pub udp_failed: bool,
 }
 
 /// Seconds from dialling the server to each step the session reached, by
@@ -306,6 +310,7 @@ pub fn json(r: &Report, direction: &str) -> String {
         }),
         timeline_s: TimelineJson(&r.timeline),
         request_in_handshake: r.early_request,
+        udp_failed: r.udp_failed,
     })
     .expect("plain struct serializes")
 }

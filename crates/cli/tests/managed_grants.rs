@@ -38,6 +38,7 @@ fn config(home: &Path, identity: Keypair, port: u16) -> ClientConfig {
         notice: None,
         advice: None,
         known_path: None,
+        udp_blocked: false,
         shard: None,
         select: wire::Selection::default(),
         itemize: false,

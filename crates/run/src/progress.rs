@@ -49,6 +49,10 @@ pub struct Progress {
     /// they never measured one. The ceiling of the next push to the same
     /// host is sized from it.
     pub tcp_peak: AtomicU64,
+    /// 1 once automatic transport asked for the UDP channel and got none
+    /// (a firewall, a server without UDP): the next transfer to the same
+    /// host within a day goes over TCP streams at once (P-26).
+    pub udp_failed: AtomicU64,
     /// Datagram bytes this side sent (sender) or received (receiver), and
     /// the microseconds from the first to the last of them: their ratio is
     /// the average rate while data flowed.

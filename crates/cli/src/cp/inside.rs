@@ -54,6 +54,7 @@ fn report(c: object::Copied, duration: Duration) -> Report {
     Report {
         route: Route::InsideStore,
         tcp_peak: 0,
+        udp_failed: false,
         compress_saved: 0,
         dedup_saved: 0,
         resumed: 0,

@@ -165,6 +165,7 @@ fn client_config(
         known_path: remembered
             .then(|| crate::known_paths::load(&reach.peer, reach.ssh))
             .flatten(),
+        udp_blocked: remembered && crate::known_paths::udp_blocked(&reach.peer, reach.ssh),
         ..reach.config(&a.conn, protection)?
     })
 }

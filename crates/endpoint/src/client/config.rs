@@ -159,6 +159,11 @@ pub struct ClientConfig {
     pub advice: Option<Advice>,
     /// What the last transfer to this host measured (P-26).
     pub known_path: Option<KnownPath>,
+    /// Automatic transport asked for the UDP channel to this host within
+    /// the last day and got none: it takes TCP streams at once instead of
+    /// waiting seconds for an answer again (P-26). `--transport udp`
+    /// still asks.
+    pub udp_blocked: bool,
     /// `--shard`: this push is one shard of a split transfer (P-42).
     pub shard: Option<wire::ShardSpec>,
     /// What is sent and what `--delete` leaves alone (P-44): a push's

@@ -420,6 +420,8 @@ impl Connected {
             rate: self.cfg.rate.unwrap_or(0),
             transport: match (self.cfg.transport, self.cfg.advice) {
                 (Transport::Auto, Some(a)) => a.transport,
+                // The last try within a day got no UDP channel (P-26).
+                (Transport::Auto, None) if self.cfg.udp_blocked => Transport::Tcp,
                 (t, _) => choose_transport(t, self.rtt),
             }
             .wire(),
@@ -594,6 +596,7 @@ impl Connected {
                     return Err(TransferError::new(ErrorCode::Connect, message));
                 }
                 Err(why) => {
+                    Progress::set(&progress.udp_failed, 1);
                     if let Some(f) = &self.cfg.notice {
                         f(&format!(
                             "UDP data channel unavailable ({why}); using TCP streams"

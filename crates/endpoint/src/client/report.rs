@@ -82,6 +82,9 @@ pub struct Report {
     /// What a push's TCP streams delivered together at their most, bytes
     /// per second (their sharing's measured peak, P-46); 0 if none.
     pub tcp_peak: u64,
+    /// Automatic transport asked for the UDP channel and got none, and the
+    /// data went over TCP streams instead (P-26).
+    pub udp_failed: bool,
     /// Transport and streams followed `haul probe`'s advice (P-36).
     pub advised: bool,
     /// Seconds from dialling to each step of the session reached.
@@ -146,6 +149,7 @@ impl Tail {
             notes: std::mem::take(&mut *p.notes.lock().unwrap_or_else(|e| e.into_inner())),
             udp,
             tcp_peak: get(&p.tcp_peak),
+            udp_failed: get(&p.udp_failed) != 0,
             duration: self.started.elapsed(),
             summary,
             wire_bytes: Progress::get(&p.wire_tx) + Progress::get(&p.wire_rx),

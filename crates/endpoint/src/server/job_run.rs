@@ -264,6 +264,7 @@ fn client_config(
         notice: None,
         advice: None,
         known_path: None,
+        udp_blocked: false,
         shard: None,
         select: selection(o),
         itemize: false,
