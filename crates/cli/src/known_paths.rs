@@ -45,7 +45,7 @@ struct Saved {
     payload: u64,
     /// When automatic transport last asked for the UDP channel and got
     /// none, seconds since the Unix epoch; 0 if it has not, or a transfer
-    /// over UDP worked since (P-26).
+    /// over UDP worked since (P-23).
     #[serde(default)]
     udp_failed_at: u64,
 }
@@ -80,7 +80,7 @@ pub fn load(peer: &Peer, ssh: bool) -> Option<KnownPath> {
 }
 
 /// Whether automatic transport asked for the UDP channel to `peer` less
-/// than [`UDP_RETRY`] ago and got none (P-26).
+/// than [`UDP_RETRY`] ago and got none (P-23).
 pub fn udp_blocked(peer: &Peer, ssh: bool) -> bool {
     read(peer, ssh).is_some_and(|s| s.udp_blocked(now_secs()))
 }

@@ -293,48 +293,33 @@ fn auto_falls_back_to_tcp_where_udp_is_blocked_and_forced_udp_says_why() {
     let src = env.local.join("d.bin");
     write_file(&src, &data);
 
+    // Pushes `name` with automatic transport: its JSON report and stderr.
+    let push = |name: &str| {
+        let dest = format!("{ADDR_B}:7050:/{name}");
+        let out = cp_in_a(&emu, &env, &["--json", src.to_str().unwrap(), &dest]);
+        ok(&out);
+        assert!(fs::read(env.root.join(name)).unwrap() == data);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["transport"], "tcp", "{json}");
+        (json, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+
     // 60 ms: auto asks for UDP, gets no answer, and moves to TCP streams.
-    let out = cp_in_a(
-        &emu,
-        &env,
-        &[
-            "--json",
-            src.to_str().unwrap(),
-            &format!("{ADDR_B}:7050:/d.bin"),
-        ],
-    );
-    ok(&out);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["transport"], "tcp", "{json}");
+    let (json, stderr) = push("d.bin");
     assert_eq!(json["udp_failed"], true, "{json}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("using TCP streams"),
         "the fallback is announced: {stderr}"
     );
-    assert!(fs::read(env.root.join("d.bin")).unwrap() == data);
 
     // The next push knows: TCP streams at once, no wait for an answer
-    // that will not come (P-26).
-    let out = cp_in_a(
-        &emu,
-        &env,
-        &[
-            "--json",
-            src.to_str().unwrap(),
-            &format!("{ADDR_B}:7050:/d2.bin"),
-        ],
-    );
-    ok(&out);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["transport"], "tcp", "{json}");
+    // that will not come (P-23).
+    let (json, stderr) = push("d2.bin");
     assert_eq!(json["udp_failed"], false, "not asked: {json}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("UDP data channel unavailable"),
         "no second try of UDP within a day: {stderr}"
     );
-    assert!(fs::read(env.root.join("d2.bin")).unwrap() == data);
 
     // Asked for by name, UDP fails with a reason and a way out.
     let out = cp_in_a(

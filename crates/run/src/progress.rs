@@ -51,7 +51,7 @@ pub struct Progress {
     pub tcp_peak: AtomicU64,
     /// 1 once automatic transport asked for the UDP channel and got none
     /// (a firewall, a server without UDP): the next transfer to the same
-    /// host within a day goes over TCP streams at once (P-26).
+    /// host within a day goes over TCP streams at once (P-23).
     pub udp_failed: AtomicU64,
     /// Datagram bytes this side sent (sender) or received (receiver), and
     /// the microseconds from the first to the last of them: their ratio is

@@ -161,7 +161,7 @@ pub struct ClientConfig {
     pub known_path: Option<KnownPath>,
     /// Automatic transport asked for the UDP channel to this host within
     /// the last day and got none: it takes TCP streams at once instead of
-    /// waiting seconds for an answer again (P-26). `--transport udp`
+    /// waiting seconds for an answer again (P-23). `--transport udp`
     /// still asks.
     pub udp_blocked: bool,
     /// `--shard`: this push is one shard of a split transfer (P-42).

@@ -420,7 +420,7 @@ impl Connected {
             rate: self.cfg.rate.unwrap_or(0),
             transport: match (self.cfg.transport, self.cfg.advice) {
                 (Transport::Auto, Some(a)) => a.transport,
-                // The last try within a day got no UDP channel (P-26).
+                // The last try within a day got no UDP channel (P-23).
                 (Transport::Auto, None) if self.cfg.udp_blocked => Transport::Tcp,
                 (t, _) => choose_transport(t, self.rtt),
             }

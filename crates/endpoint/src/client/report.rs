@@ -83,7 +83,7 @@ pub struct Report {
     /// per second (their sharing's measured peak, P-46); 0 if none.
     pub tcp_peak: u64,
     /// Automatic transport asked for the UDP channel and got none, and the
-    /// data went over TCP streams instead (P-26).
+    /// data went over TCP streams instead (P-23).
     pub udp_failed: bool,
     /// Transport and streams followed `haul probe`'s advice (P-36).
     pub advised: bool,
