@@ -148,33 +148,18 @@ pub fn forget_payload(peer: &Peer, ssh: bool) {
     }
 }
 
-/// Keeps what a finished push or pull measured. Nothing is kept when the
-/// UDP sender never left startup (or was the server's: a pull over UDP
-/// keeps nothing), or a transfer over TCP moved less than 64 MiB
-/// (transfers too short to fill the path). A failure to write is only
-/// logged: the transfer itself succeeded.
+/// Keeps what a finished push or pull measured. Nothing is measured when
+/// the UDP sender never left startup (or was the server's: a pull over
+/// UDP keeps nothing), or a transfer over TCP moved less than 64 MiB
+/// (transfers too short to fill the path); whether the UDP channel came
+/// up is kept all the same. A failure to write is only logged: the
+/// transfer itself succeeded.
 pub fn save(peer: &Peer, ssh: bool, r: &Report) {
     let last = read(peer, ssh);
     let udp_failed_at = Saved::udp_failed_after(last.as_ref(), r);
     let Some((udp, tcp)) = measured(r) else {
-        // Too short to measure the path, but what became of the UDP
-        // channel is kept: the next transfer need not wait for it.
         if last.as_ref().map_or(0, |s| s.udp_failed_at) != udp_failed_at {
-            let rtt_ms = r.rtt.as_secs_f64() * 1e3;
-            let saved = match last {
-                Some(s) => Saved { udp_failed_at, ..s },
-                // Nothing measured: rates of 0 load as no known path.
-                None => Saved {
-                    time: now_secs(),
-                    rate: 0,
-                    tcp_rate: 0,
-                    tcp_peak: 0,
-                    rtt_ms,
-                    payload: 0,
-                    udp_failed_at,
-                },
-            };
-            write(peer, ssh, &saved);
+            save_udp_outcome(peer, ssh, last, udp_failed_at, r.rtt);
         }
         return;
     };
@@ -195,6 +180,31 @@ pub fn save(peer: &Peer, ssh: bool, r: &Report) {
         rtt_ms,
         payload: udp.map_or_else(|| kept.as_ref().map_or(0, |s| s.payload), |u| u.1),
         udp_failed_at,
+    };
+    write(peer, ssh, &saved);
+}
+
+/// Keeps when the UDP channel to `peer` last failed after a transfer too
+/// short to measure the path: the next one need not wait for the channel.
+/// With no file yet, rates of 0 load as no known path.
+fn save_udp_outcome(
+    peer: &Peer,
+    ssh: bool,
+    last: Option<Saved>,
+    udp_failed_at: u64,
+    rtt: Duration,
+) {
+    let saved = match last {
+        Some(s) => Saved { udp_failed_at, ..s },
+        None => Saved {
+            time: now_secs(),
+            rate: 0,
+            tcp_rate: 0,
+            tcp_peak: 0,
+            rtt_ms: rtt.as_secs_f64() * 1e3,
+            payload: 0,
+            udp_failed_at,
+        },
     };
     write(peer, ssh, &saved);
 }
