@@ -423,28 +423,32 @@ impl TcpShare {
         }
         match self.cap {
             None => self.enter(now).or_else(|| self.raise_ceiling(now)),
-            Some((cap, _)) if queue < threshold / 4 => {
-                let rounds = (interval.as_secs_f64() / self.rtt.as_secs_f64()).min(1.0);
-                let cap = cap + self.peak() * GROWTH * rounds;
-                if cap >= SHORT * self.peak() {
-                    return self.leave(now);
-                }
-                // Under a ceiling, what room gave is kept: a queue that
-                // comes back puts the cap on a course from here, and only
-                // an overflow cuts it. (Put back on the course from the
-                // floor, a lone push held by mistake went back to half the
-                // path at each of BBR's probes for the rest of its
-                // transfer.) Not without one: a first push's startup may
-                // have cut the other flow to a few segments, and its queue
-                // is clear while it grows back (kept, the room left a CUBIC
-                // flow 0.27 and 0.40 of the link).
-                if let Some(c) = self.cubic.as_mut().filter(|_| self.ceiling.is_some()) {
-                    c.rebase(now, cap);
-                }
-                self.set_cap(cap)
-            }
+            Some((cap, _)) if queue < threshold / 4 => self.room(now, interval, cap),
             Some((cap, _)) => self.hold(now, interval, cap, &s),
         }
+    }
+
+    /// A clear queue beside a held cap: the cap grows by `GROWTH` of the
+    /// peak a round trip, and lets go once it reaches nearly the peak.
+    fn room(&mut self, now: Duration, interval: Duration, cap: f64) -> Option<TcpAction> {
+        let rounds = (interval.as_secs_f64() / self.rtt.as_secs_f64()).min(1.0);
+        let cap = cap + self.peak() * GROWTH * rounds;
+        if cap >= SHORT * self.peak() {
+            return self.leave(now);
+        }
+        // Under a ceiling, what room gave is kept: a queue that
+        // comes back puts the cap on a course from here, and only
+        // an overflow cuts it. (Put back on the course from the
+        // floor, a lone push held by mistake went back to half the
+        // path at each of BBR's probes for the rest of its
+        // transfer.) Not without one: a first push's startup may
+        // have cut the other flow to a few segments, and its queue
+        // is clear while it grows back (kept, the room left a CUBIC
+        // flow 0.27 and 0.40 of the link).
+        if let Some(c) = self.cubic.as_mut().filter(|_| self.ceiling.is_some()) {
+            c.rebase(now, cap);
+        }
+        self.set_cap(cap)
     }
 
     /// Another flow keeps the queue up while the streams are held at

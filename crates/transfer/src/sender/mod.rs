@@ -170,7 +170,7 @@ fn run_sender_with(
     // Held only by the threads that take from it: once the last has
     // ended, a worker waiting to queue a block is told at once (P-19).
     let ready_rx = Arc::new(Mutex::new(ready_rx));
-    let (mut ready_tx, mut ready_rx) = (Some(ready_tx), Some(ready_rx));
+    let mut ready_tx = Some(ready_tx);
     let answer = how.answer;
     std::thread::scope(|scope| {
         // Blocks are read, hashed, matched and compressed by a pool of
@@ -185,7 +185,7 @@ fn run_sender_with(
                 scope.spawn(move || prepare_blocks(sh, sources, compression, buffers, tx));
             }
             drop(tx);
-            let ready = ready_rx.take().expect("taken once");
+            let ready = ready_rx;
             if answer.is_some() {
                 let (sh, ready) = (&sh, Arc::clone(&ready));
                 scope.spawn(move || refuse_data(sh, sources, &ready));
