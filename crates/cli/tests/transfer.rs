@@ -360,6 +360,11 @@ fn recording_relay(to: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>
                 let _ = s.shutdown(std::net::Shutdown::Write);
             });
             std::thread::spawn(move || {
+                // A path's latency on the way back: the keys (message two)
+                // reach the client after its data connections have
+                // connected, however busy this host is, so that they warm
+                // up as they would over any real path (P-49).
+                std::thread::sleep(std::time::Duration::from_millis(150));
                 let _ = std::io::copy(&mut s2, &mut c2);
                 let _ = c2.shutdown(std::net::Shutdown::Write);
             });
