@@ -5,7 +5,8 @@
 //! keepalive, what the OS allows), sealed length-prefixed frames
 //! ([`framed`]), the handshake over a connection ([`handshake`]), how data
 //! connections join a session and whose they are ([`join`], [`ports`]),
-//! the warm-ups that grow their first window ([`warmup`]),
+//! dials raced where a SYN may have been lost ([`race`]), the warm-ups
+//! that grow their first window ([`warmup`]),
 //! the pacing of control writes ([`control_gap`]), the windows and buffers
 //! each side asks for ([`sizing`]), and the UDP channel's set-up, echo,
 //! sealing and opening ([`datagram`]). It also holds what every driver path
@@ -25,6 +26,7 @@ pub mod handshake;
 pub mod join;
 pub mod net;
 pub mod ports;
+pub mod race;
 pub mod sizing;
 pub mod warmup;
 

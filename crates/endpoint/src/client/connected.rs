@@ -668,7 +668,8 @@ impl Connected {
             };
             tuning.force_buffer = Some(stream_buffer(self.rtt, rate, streams));
         }
-        let dialer = Dialer::new(&self.cfg, tuning);
+        let mut dialer = Dialer::new(&self.cfg, tuning);
+        dialer.again = Some(connect::race::redial_after(self.rtt));
         // A keyed session's direct check left a connection: stream 1.
         let mut spare = self.route.as_mut().and_then(|r| r.spare.take());
         let (mut joining, mut keys) = (Vec::new(), Vec::new());

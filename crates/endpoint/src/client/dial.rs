@@ -14,6 +14,7 @@ use connect::error::TransferError;
 use connect::join::DataConn;
 use connect::net::{self, Tuning};
 use connect::progress::{Mark, Progress};
+use connect::race;
 use connect::warmup;
 
 use super::config::ClientConfig;
@@ -67,6 +68,9 @@ pub(super) struct Dialer {
     timeout: Duration,
     tuning: Tuning,
     relay: Option<super::config::Relay>,
+    /// Dial again after this long without a connection (a SYN or its
+    /// answer lost, P-22): two round trips of the path, where known.
+    pub(super) again: Option<Duration>,
 }
 
 impl Dialer {
@@ -77,6 +81,7 @@ impl Dialer {
             timeout: cfg.connect_timeout,
             tuning,
             relay: cfg.relay.clone(),
+            again: cfg.known_path.map(|k| race::redial_after(k.rtt)),
         }
     }
 
@@ -97,7 +102,7 @@ impl Dialer {
                 )
             });
         }
-        net::connect(addr, &self.tuning, self.timeout).map_err(|e| {
+        race::connect(addr, &self.tuning, self.timeout, self.again).map_err(|e| {
             let why = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
                     "connection refused (is `haul serve` running there, on that port?)".to_string()
