@@ -212,7 +212,8 @@ pub struct Json<'a> {
 
 /// Seconds from dialling the server to each step the session reached, by
 /// the step's name ([`Mark::name`]), in the order of [`Mark::ALL`]; a step
-/// not reached (a TCP transfer has no `full_rate`) is left out.
+/// not reached (a transfer over TCP streams under `--fair off` has no
+/// `full_rate`) is left out.
 pub struct TimelineJson<'a>(&'a [(Mark, f64)]);
 
 impl Serialize for TimelineJson<'_> {

@@ -149,6 +149,23 @@ fn push_and_pull_across_a_long_lossy_link() {
     let json = pull_in_a(&emu, &env, &flags, &from, "back.bin", &data);
     assert_eq!(json["transport"], "tcp", "{json}");
     assert_eq!(json["streams"], 4, "{json}");
+    // And pushed over them: the timeline holds the streams' ramp (the
+    // sharing governor's samples), in order.
+    let to = format!("{ADDR_B}:7050:/tcp.bin");
+    let out = cp_in_a(
+        &emu,
+        &env,
+        &[&["--json"], &flags[..], &[src.to_str().unwrap(), &to]].concat(),
+    );
+    ok(&out);
+    assert!(fs::read(env.root.join("tcp.bin")).unwrap() == data);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &json["timeline_s"];
+    let at: Vec<f64> = ["first_data", "full_rate", "last_fresh", "finished"]
+        .iter()
+        .map(|s| t[s].as_f64().unwrap_or_else(|| panic!("no {s}: {json}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{t}");
 
     let report = emu.stop();
     assert!(

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use connect::progress::Progress;
+use connect::progress::{Mark, Progress};
 use rate::{Share, TcpAction, TcpSample, TcpShare};
 use session::SenderSession;
 
@@ -46,17 +46,19 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
         .min();
     let start = Instant::now();
     let mut meter = Meter::new(data.len());
+    let mut ramp = Ramp::default();
     while wait_until(sh, start + gov.next_sample()) {
         let now = start.elapsed();
         // The last blocks are out: streams that finish one by one are no
         // sign of another flow.
         if sh.lock().all_handed_out() {
-            return;
+            break;
         }
         let Some(s) = meter.sample(now, data, base) else {
             gov.skip(now);
             continue;
         };
+        ramp.seen(start + now, s.delivery);
         tracing::trace!(
             "sharing: delivery {:.0} Mbit/s, srtt {:?}, least {:?}, lost {}",
             s.delivery as f64 * 8e-6,
@@ -75,6 +77,41 @@ pub(super) fn govern(sh: &Shared<SenderSession>, share: Share, path: Option<Know
                 tracing::debug!("sharing: congestion control not restarted: {e}");
             }
         }
+    }
+    if let Some(t) = ramp.full_at() {
+        sh.progress.timeline.mark_at(Mark::FullRate, t);
+    }
+}
+
+/// When the streams reached their full rate: the first delivery sample
+/// at [`FULL`] of the highest, for the timeline's `full_rate` (P-26's
+/// mark, which a push over TCP streams thus has too).
+#[derive(Default)]
+struct Ramp {
+    /// Each sample that delivered more than every one before it.
+    highs: Vec<(Instant, u64)>,
+}
+
+/// The share of the highest delivery that counts as full rate.
+const FULL: f64 = 0.9;
+/// New highs kept at most (the latest): a ramp doubles, so a few dozen
+/// cover any path.
+const MAX_HIGHS: usize = 64;
+
+impl Ramp {
+    fn seen(&mut self, t: Instant, delivery: u64) {
+        if self.highs.last().is_none_or(|&(_, d)| delivery > d) {
+            if self.highs.len() == MAX_HIGHS {
+                self.highs.remove(0);
+            }
+            self.highs.push((t, delivery));
+        }
+    }
+
+    fn full_at(&self) -> Option<Instant> {
+        let &(_, top) = self.highs.last()?;
+        let full = (top as f64 * FULL) as u64;
+        self.highs.iter().find(|h| h.1 >= full).map(|h| h.0)
     }
 }
 
@@ -206,5 +243,39 @@ fn act(data: &[TcpStream], action: TcpAction, peak: f64) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_rate_is_the_first_sample_at_nine_tenths_of_the_highest() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut r = Ramp::default();
+        assert_eq!(r.full_at(), None);
+        // Doubling each round trip, then a dip, then the top.
+        for (ms, rate) in [
+            (0, 10),
+            (150, 20),
+            (300, 40),
+            (450, 80),
+            (600, 95),
+            (750, 60),
+            (900, 100),
+        ] {
+            r.seen(at(ms), rate);
+        }
+        assert_eq!(r.full_at(), Some(at(600)));
+        // Only new highs are kept, at most MAX_HIGHS of them.
+        let mut r = Ramp::default();
+        for i in 0..1000u64 {
+            r.seen(at(i), i);
+        }
+        assert_eq!(r.highs.len(), MAX_HIGHS);
+        // The oldest kept (936) is past nine tenths of the top (999).
+        assert_eq!(r.full_at(), Some(at(936)));
     }
 }
