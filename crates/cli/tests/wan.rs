@@ -150,7 +150,8 @@ fn push_and_pull_across_a_long_lossy_link() {
     assert_eq!(json["transport"], "tcp", "{json}");
     assert_eq!(json["streams"], 4, "{json}");
     // And pushed over them: the timeline holds the streams' ramp (the
-    // sharing governor's samples), in order.
+    // sharing governor's samples) and the moment the last block queued
+    // was written, in order.
     let to = format!("{ADDR_B}:7050:/tcp.bin");
     let out = cp_in_a(
         &emu,
@@ -166,6 +167,10 @@ fn push_and_pull_across_a_long_lossy_link() {
         .map(|s| t[s].as_f64().unwrap_or_else(|| panic!("no {s}: {json}")))
         .collect();
     assert!(at.windows(2).all(|w| w[0] <= w[1]), "{t}");
+    // What is left after the last write is what the sockets still held,
+    // a round trip and the receiver's summary: 0.2 s of 1.4 here, where a
+    // mark at the first write after the last block was read left 0.54.
+    assert!(at[3] - at[2] < 0.25 * (at[3] - at[0]), "{t}");
 
     let report = emu.stop();
     assert!(

@@ -17,6 +17,7 @@ pub(crate) mod tcp;
 pub(crate) mod udp;
 
 use std::net::Shutdown;
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -172,6 +173,9 @@ fn run_sender_with(
     let ready_rx = Arc::new(Mutex::new(ready_rx));
     let mut ready_tx = Some(ready_tx);
     let answer = how.answer;
+    // Blocks queued or being written: the last written marks every block
+    // sent once (`tcp::Written`).
+    let pending = &AtomicUsize::new(0);
     std::thread::scope(|scope| {
         // Blocks are read, hashed, matched and compressed by a pool of
         // workers, one per core, off the stream threads, which only seal
@@ -182,7 +186,9 @@ fn run_sender_with(
         {
             for _ in 0..workers {
                 let (sh, tx) = (&sh, tx.clone());
-                scope.spawn(move || prepare_blocks(sh, sources, compression, buffers, tx));
+                scope.spawn(move || {
+                    prepare_blocks(sh, sources, compression, (buffers, pending), tx)
+                });
             }
             drop(tx);
             let ready = ready_rx;
@@ -196,7 +202,8 @@ fn run_sender_with(
             }
             for w in data {
                 let (sh, bucket, ready) = (&sh, bucket.as_ref(), Arc::clone(&ready));
-                scope.spawn(move || tcp::send_blocks(sh, w, &ready, bucket, buffers));
+                let counts = (buffers, pending);
+                scope.spawn(move || tcp::send_blocks(sh, w, &ready, bucket, counts));
             }
             drop(ready);
         }

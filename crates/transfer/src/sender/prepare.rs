@@ -5,6 +5,7 @@
 //! compress it in place (`crate::compress`). What comes out is queued for
 //! the TCP streams (`tcp`) or handed to the UDP channel (`udp`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
@@ -123,7 +124,7 @@ pub(crate) fn prepare_blocks(
     sh: &Shared<SenderSession>,
     sources: &dyn BlockSource,
     compression: &Compression,
-    buffers: &Buffers,
+    (buffers, pending): (&Buffers, &AtomicUsize),
     ready: mpsc::SyncSender<Prepared>,
 ) {
     loop {
@@ -141,6 +142,9 @@ pub(crate) fn prepare_blocks(
         if sh.stopped() || sh.is_done() {
             return;
         }
+        // Counted before it is queued, so that the last one written sees
+        // it (`tcp::Written`).
+        pending.fetch_add(1, Ordering::AcqRel);
         if ready.send((block, hash, codec, buf)).is_err() {
             return;
         }

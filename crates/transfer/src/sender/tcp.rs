@@ -2,6 +2,7 @@
 //! from the queue whichever stream is free, fills in the header, paces
 //! them under `--rate`, seals and writes them.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,18 +18,20 @@ use super::prepare::{Buffers, Prepared, DATA_AT};
 use crate::shared::Shared;
 
 /// A TCP data stream: seals and writes prepared blocks until none is left.
-pub(crate) fn send_blocks(
-    sh: &Shared<SenderSession>,
+/// `pending`: blocks queued or being written (`prepare::prepare_blocks`).
+pub(crate) fn send_blocks<'a>(
+    sh: &'a Shared<'a, SenderSession>,
     mut w: FrameWriter,
     ready: &Mutex<mpsc::Receiver<Prepared>>,
     bucket: Option<&Mutex<TokenBucket>>,
-    buffers: &Buffers,
+    (buffers, pending): (&Buffers, &'a AtomicUsize),
 ) {
     loop {
         let next = ready.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok((block, hash, codec, mut buf)) = next else {
             break;
         };
+        let _written = Written(sh, pending);
         // A block taken after the last ack is not needed.
         if sh.stopped() || sh.is_done() {
             break;
@@ -63,9 +66,22 @@ pub(crate) fn send_blocks(
             break;
         }
         buffers.give(buf);
-        if !timeline.reached(Mark::LastFresh) && sh.lock().all_handed_out() {
-            timeline.mark(Mark::LastFresh);
-        }
     }
     w.shutdown_write();
+}
+
+/// A queued block's count in `pending`, given back when its write is
+/// over or given up. The last one, once every block is handed out, marks
+/// that every block has been sent once (the timeline's `last_fresh`; a
+/// block still being read then, which workers far ahead of the link make
+/// rare, is written after the mark).
+struct Written<'a>(&'a Shared<'a, SenderSession>, &'a AtomicUsize);
+
+impl Drop for Written<'_> {
+    fn drop(&mut self) {
+        let Written(sh, pending) = *self;
+        if pending.fetch_sub(1, Ordering::AcqRel) == 1 && sh.lock().all_handed_out() {
+            sh.progress.timeline.mark(Mark::LastFresh);
+        }
+    }
 }
