@@ -157,8 +157,10 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
     let server = env.serve_with(&["--metrics", "127.0.0.1:0"]);
     let addr = page_addr(&server);
     let src = env.local.join("slow.bin");
-    write_file(&src, &random_bytes(12 << 20, 2));
-    // Capped at 16 Mbit/s: six seconds, long enough to be seen running.
+    write_file(&src, &random_bytes(32 << 20, 2));
+    // Capped at 16 Mbit/s: seventeen seconds, long enough to be seen
+    // running by a browser that starts slowly on a busy host (six were not,
+    // once, under the full suite); both are stopped once it has looked.
     let mut push = env
         .cp_cmd(&[
             "--rate",
@@ -171,7 +173,7 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
         .spawn()
         .unwrap();
     // And a pull beside it: the daemon sends, and knows the total too.
-    write_file(&env.root.join("pulled-now.bin"), &random_bytes(12 << 20, 3));
+    write_file(&env.root.join("pulled-now.bin"), &random_bytes(32 << 20, 3));
     let mut pull = env
         .cp_cmd(&[
             "--rate",
@@ -191,7 +193,7 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
         let running = v["running"].as_array().cloned().unwrap_or_default();
         let pull = running.iter().find(|r| r["op"] == "pull");
         running.iter().any(|r| r["paths"][0] == "running-now.bin")
-            && pull.is_some_and(|p| p["total"] == 12u64 << 20)
+            && pull.is_some_and(|p| p["total"] == 32u64 << 20)
     };
     assert!(
         wait_until(Duration::from_secs(10), both),
@@ -228,7 +230,7 @@ fn the_status_page_shows_a_running_transfer_in_a_real_browser() {
             && running.contains("pagetest@lab")
             && running.contains("Mbit/s")
             && running.contains("pulled-now.bin")
-            && running.contains(" of 12.0 MiB"),
+            && running.contains(" of 32.0 MiB"),
         "the page did not show the transfer: {dom}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
