@@ -249,32 +249,34 @@ pub fn wait_readable(stream: &TcpStream) -> std::io::Result<()> {
     }
 }
 
-/// Connects with a timeout, tuning the socket before the SYN so the window
-/// scale covers the buffers.
-pub fn connect(
-    addr: &SocketAddr,
-    tuning: &Tuning,
-    timeout: Duration,
-) -> std::io::Result<TcpStream> {
+/// A TCP socket for `addr`'s family, tuned before it connects or listens,
+/// so that the window scale covers the buffers.
+pub fn tcp_socket(addr: &SocketAddr, tuning: &Tuning) -> std::io::Result<Socket> {
     let s = Socket::new(
         Domain::for_address(*addr),
         Type::STREAM,
         Some(Protocol::TCP),
     )?;
     tuning.apply(&s);
+    Ok(s)
+}
+
+/// Connects with a timeout (a dial raced where a SYN may be lost:
+/// [`crate::race::connect`]).
+pub fn connect(
+    addr: &SocketAddr,
+    tuning: &Tuning,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let s = tcp_socket(addr, tuning)?;
     s.connect_timeout(&SockAddr::from(*addr), timeout)?;
     Ok(s.into())
 }
 
 /// A listening socket whose accepted connections inherit the tuning.
 pub fn listen(addr: &SocketAddr, tuning: &Tuning) -> std::io::Result<std::net::TcpListener> {
-    let s = Socket::new(
-        Domain::for_address(*addr),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
+    let s = tcp_socket(addr, tuning)?;
     s.set_reuse_address(true)?;
-    tuning.apply(&s);
     s.bind(&SockAddr::from(*addr))?;
     s.listen(1024)?;
     Ok(s.into())

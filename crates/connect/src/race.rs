@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{SockAddr, Socket};
 
 use crate::net::{self, Tuning};
 
@@ -79,12 +79,7 @@ pub fn connect(
 
 /// A tuned socket with its SYN sent.
 fn begin(addr: &SocketAddr, tuning: &Tuning) -> io::Result<Socket> {
-    let s = Socket::new(
-        Domain::for_address(*addr),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
-    tuning.apply(&s);
+    let s = net::tcp_socket(addr, tuning)?;
     s.set_nonblocking(true)?;
     match s.connect(&SockAddr::from(*addr)) {
         Ok(()) => Ok(s),
@@ -120,6 +115,7 @@ fn ready(tries: &[Socket], wait: Duration) -> io::Result<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use socket2::{Domain, Protocol, Type};
     use std::net::TcpListener;
 
     fn tuning() -> Tuning {
