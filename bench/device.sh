@@ -315,6 +315,10 @@ link() { # link VARIANT LOSS: every tool across one emulated link
 }
 
 tengig() {
+  if ! command -v nsenter >/dev/null || [[ ! -c /dev/net/tun ]]; then
+    row 10g - - "all tools" skipped "" "" "" "" "" "" "" "needs nsenter and /dev/net/tun"
+    return 0
+  fi
   mkdir -p "$WORK/send" "$WORK/recv"
   make_data "$WORK/send/data.bin" "$SIZE_BYTES"
   local v l
