@@ -41,12 +41,12 @@ pub fn connect(
     };
     let start = Instant::now();
     let deadline = start + timeout;
-    let mut tries: Vec<Socket> = Vec::new();
+    let (mut tries, mut started): (Vec<Socket>, u32) = (Vec::new(), 0);
     let mut failed = None;
     loop {
-        let started = tries.len() as u32 + u32::from(failed.is_some());
         if started < DIAL_ATTEMPTS && Instant::now() >= start + again * started {
             tries.push(begin(addr, tuning)?);
+            started += 1;
             continue;
         }
         if tries.is_empty() {

@@ -80,8 +80,12 @@ struct Written<'a>(&'a Shared<'a, SenderSession>, &'a AtomicUsize);
 impl Drop for Written<'_> {
     fn drop(&mut self) {
         let Written(sh, pending) = *self;
-        if pending.fetch_sub(1, Ordering::AcqRel) == 1 && sh.lock().all_handed_out() {
-            sh.progress.timeline.mark(Mark::LastFresh);
+        let timeline = &sh.progress.timeline;
+        if pending.fetch_sub(1, Ordering::AcqRel) == 1
+            && !timeline.reached(Mark::LastFresh)
+            && sh.lock().all_handed_out()
+        {
+            timeline.mark(Mark::LastFresh);
         }
     }
 }
