@@ -71,7 +71,8 @@ Options:
   --reps N           repetitions per (profile, dataset, tool); median reported (default 2)
   --profiles LIST    comma list of: $(printf '%s ' "${ALL_PROFILES[@]%%|*}")(default all but fast)
   --datasets LIST    comma list of: ${ALL_DATASETS[*]} (default all)
-  --tools LIST       comma list of: ${ALL_TOOLS[*]}, uftp-tfmcc (default all but uftp-tfmcc)
+  --tools LIST       comma list of: ${ALL_TOOLS[*]}, uftp-tfmcc, haul-tcp-sN
+                     (--transport tcp --streams N) (default all but the last two)
   --variant V        untuned | tuned | both (default both; quick: untuned)
   --size SIZE        size of random/zeros/text: 1G, 128M, 1GiB or bytes (default 1G)
   --tree-files N     files in the tree dataset (default 10000; quick 2000)
@@ -209,7 +210,8 @@ split_list() {
   for item in "${items[@]}"; do
     [[ -n $item ]] || continue
     ok=0
-    for a in "$@"; do [[ $item == "$a" ]] && ok=1; done
+    # shellcheck disable=SC2053 # an allowed item may be a pattern
+    for a in "$@"; do [[ $item == $a ]] && ok=1; done
     ((ok)) || die "unknown item '$item' (allowed: $*)"
     _out+=("$item")
   done
@@ -263,7 +265,7 @@ parse_args() {
   : "${TOOLS_ARG:=$(IFS=,; echo "${ALL_TOOLS[*]}")}"
   split_list PROFILES "$PROFILES_ARG" "${all_profile_names[@]}"
   split_list DATASETS "$DATASETS_ARG" "${ALL_DATASETS[@]}"
-  split_list TOOLS "$TOOLS_ARG" "${ALL_TOOLS[@]}" uftp-tfmcc
+  split_list TOOLS "$TOOLS_ARG" "${ALL_TOOLS[@]}" uftp-tfmcc 'haul-tcp-s[0-9]*'
   ((${#PROFILES[@]})) || die "no profiles selected"
   ((${#TOOLS[@]})) || die "no tools selected"
   case $VARIANT_ARG in
@@ -448,7 +450,7 @@ EOF
 
 start_servers() {
   local logf
-  if ((HAUL_OK)) && want_any haul haul-fresh haul-noenc haul-tcp haul-tcp-pull haul-nocomp haul-lz4 haul-zstd; then
+  if ((HAUL_OK)) && want_any haul haul-fresh haul-noenc haul-tcp 'haul-tcp-s[0-9]*' haul-tcp-pull haul-nocomp haul-lz4 haul-zstd; then
     logf=$TMP_DIR/haul-serve-$NS_B.log
     start_bg srv "$logf" "$SERVER_TTL" ip netns exec "$NS_B" "$HAUL" serve --root "$RECV" \
       --listen "$ADDR_B:$HAUL_PORT" --key "$HAUL_HOME/server.key" --authorized-keys "$HAUL_HOME/authorized_keys"
@@ -478,7 +480,8 @@ stop_servers() {
 
 want_any() {
   local t w
-  for w in "$@"; do for t in "${TOOLS[@]}"; do [[ $t == "$w" ]] && return 0; done; done
+  # shellcheck disable=SC2053 # a wanted name may be a pattern
+  for w in "$@"; do for t in "${TOOLS[@]}"; do [[ $t == $w ]] && return 0; done; done
   return 1
 }
 
@@ -640,6 +643,12 @@ tool_haul() { # tool_haul DATASET CAP [--no-encrypt]
     --known-hosts "$HAUL_HOME/known_hosts" "${DS_PATH[$d]}" "$ADDR_B:$HAUL_PORT:$name" || rc=$?
   rc_status "$rc" "haul"
   R_TL=$(haul_timeline "$json")
+  if [[ -n ${BENCH_KEEP:-} ]]; then
+    local kept
+    kept=$BENCH_KEEP/$(date +%s%N)
+    cp "$json" "$kept.json"
+    cp "$json.err" "$kept.err"
+  fi
   if [[ $R_STATUS == fail ]]; then
     R_NOTE="haul exit $rc: $(tail -n 1 "$json.err" | tr ',\n' ';  ' | cut -c1-120)"
   fi
@@ -817,6 +826,7 @@ run_one() {
       haul-fresh) rm -rf "$HAUL_HOME/known-paths"; tool_haul "$d" "$cap" ;;
       haul-noenc) tool_haul "$d" "$cap" --no-encrypt ;;
       haul-tcp) tool_haul "$d" "$cap" --transport tcp ;;
+      haul-tcp-s[0-9]*) tool_haul "$d" "$cap" --transport tcp --streams "${tool#haul-tcp-s}" ;;
       haul-tcp-pull) tool_haul_pull "$d" "$cap" --transport tcp ;;
       haul-nocomp) tool_haul "$d" "$cap" --compress none ;;
       haul-lz4) tool_haul "$d" "$cap" --compress lz4 ;;
