@@ -77,7 +77,7 @@ impl Destination {
         // Looked at through the root: a served root follows no link (P-43),
         // and a destination that must be a directory may not be one.
         let kind = root.kind(path)?;
-        let is_dir = kind == Some(FileType::Directory);
+        let mut is_dir = kind == Some(FileType::Directory);
         if kind == Some(FileType::Symlink) && (contents || trailing_slash) {
             return Err(StoreError::new(
                 StoreErrorKind::OutsideRoot,
@@ -92,8 +92,11 @@ impl Destination {
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."))
         };
-        if contents && !is_dir {
-            if root.exists(path) {
+        if contents && !is_dir && root.exists(path) {
+            // Something is there now. Another transfer into the same
+            // destination (a shard beside this one) may have made the
+            // directory since the first look: look again.
+            if root.kind(path)? != Some(FileType::Directory) {
                 return Err(StoreError::new(
                     StoreErrorKind::BadRequest,
                     format!(
@@ -102,6 +105,9 @@ impl Destination {
                     ),
                 ));
             }
+            is_dir = true;
+        }
+        if contents && !is_dir {
             root.check_inside(path)?;
         }
         let placement =
