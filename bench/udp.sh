@@ -9,9 +9,10 @@
 #   fair      one iperf3 CUBIC flow (tuned buffers), then a haul push joins 5 s
 #             later, once per sharing mode (FAIR_MODES: default = --fair on over
 #             UDP, background = --background, tcp = --transport tcp,
-#             tcp-background = both, off = --fair off): the shares both take of
-#             the link while both run; the TCP modes push once alone first, so
-#             that the path is known
+#             tcp-background = both, off = --fair off; cubic = one more
+#             iperf3 flow in haul's place, the yardstick of a fair share): the
+#             shares both take of the link while both run; the TCP modes push
+#             once alone first, so that the path is known
 #   loopback  pull to /dev/null over 127.0.0.1, udp vs tcp, encrypted and not
 # The emulator joins namespaces NAME-a (198.18.0.1, sender) and NAME-b
 # (198.18.0.2, receiver), as created (untuned). See bench/README.md.
@@ -680,7 +681,8 @@ fair_flags() {
     tcp-first) echo "tcp|--fair on|$fair" ;;
     tcp-background) echo "tcp|--background|0.9.." ;;
     off) echo "udp|--fair off|-" ;;
-    *) die "unknown fair mode: $1 (default, background, tcp, tcp-first, tcp-background, off)" ;;
+    cubic) echo "cubic|-C $FAIR_CC|$fair" ;;
+    *) die "unknown fair mode: $1 (default, background, tcp, tcp-first, tcp-background, off, cubic)" ;;
   esac
 }
 
@@ -689,6 +691,28 @@ in_goal() {
   [[ $2 == - ]] && { echo "-"; return; }
   awk -v v="$1" -v g="$2" 'BEGIN { split(g, a, /\.\./); lo = a[1]; hi = a[2];
     ok = (v >= lo) && (hi == "" || v <= hi); print ok ? "PASS" : "FAIL" }'
+}
+
+# join_flow: the yardstick for a fair share, one more iperf3 flow of
+# FAIR_CC in haul's place, for as long as haul's pushes take
+# (FAIR_SECS); fills R[gp], R[status] and C_T0/C_T1
+join_flow() {
+  local slog=$TMP_DIR/iperf3-join-s.log json=$TMP_DIR/iperf3-join.json spid rc=0 bps port=$((IPERF_PORT + 1))
+  R[tool]=iperf3-$FAIR_CC-joining
+  start_bg "$slog" $((FAIR_SECS + 60)) ip netns exec "$NS_B" iperf3 -s -1 -B "$ADDR_B" -p "$port"
+  spid=$BG_PID
+  if ! wait_listen "$NS_B" tcp "$port" "$spid" "iperf3 -s" "$slog"; then
+    stop_pid "$spid"; R[status]=fail R[note]="joining iperf3 server did not start"; return 0
+  fi
+  log "    iperf3 -c $ADDR_B -t $FAIR_SECS -C $FAIR_CC (one more flow, in haul's place)"
+  client $((FAIR_SECS + 40)) "$json" "$NS_A" iperf3 -c "$ADDR_B" -p "$port" -t "$FAIR_SECS" -C "$FAIR_CC" -J || rc=$?
+  wait_exit "$spid" 10 || true
+  bps=$(json_get "$json" .end.sum_received.bits_per_second 2>/dev/null || true)
+  if [[ -z $bps ]]; then
+    R[status]=fail R[note]="joining iperf3 exit $rc, no sum_received"
+  else
+    R[status]=ok R[gp]=$(calc "$bps / 1e6")
+  fi
 }
 
 part_fair() {
@@ -738,8 +762,12 @@ fair_mode() {
       -t "$FAIR_T" -i 1 -J -C "$FAIR_CC" -P "$FAIR_FLOWS"
     cpid=$BG_PID
     sleep "$(awk -v s="$FAIR_START" -v t0="$t_i0" -v t="$(now)" 'BEGIN { d = s - (t - t0); printf "%.2f", (d > 0) ? d : 0 }')"
-    # shellcheck disable=SC2086 # flags are two words
-    push "$FAIR_FILE" "$tr" $((FAIR_T + 60)) $flags
+    if [[ $tr == cubic ]]; then
+      join_flow
+    else
+      # shellcheck disable=SC2086 # flags are two words
+      push "$FAIR_FILE" "$tr" $((FAIR_T + 60)) $flags
+    fi
     t_h0=$C_T0 t_h1=$C_T1
     hrow_gp=${R[gp]}
     R[metric]=goodput/link
@@ -776,7 +804,9 @@ fair_mode() {
   fi
   R[result]=$(in_goal "${R[value]:-0}" "$goal")
   emit_row
-  SUMMARY+=("fair ($mode, $flags): $FAIR_CC's share while haul ran (haul took ~${hshare:-?}; haul $(f1or "$hrow_gp" -) Mbit/s over its run)|${R[value]:-${R[status]}}|$goal|${R[result]}")
+  local who=haul
+  [[ $tr == cubic ]] && who="the joining flow"
+  SUMMARY+=("fair ($mode, $flags): $FAIR_CC's share while $who ran ($who took ~${hshare:-?}; $(f1or "$hrow_gp" -) Mbit/s over its run)|${R[value]:-${R[status]}}|$goal|${R[result]}")
 }
 
 part_loopback() {
